@@ -1,0 +1,26 @@
+// Scaled dot-product attention on raw buffers, computed block by block with an online softmax so the
+// Nq × Nk score matrix is never stored (memory is O(block²) per thread, not O(Nq·Nk)).
+#pragma once
+#include <cstdint>
+
+namespace shardrt::kernels::cpu {
+
+// BH independent problems (batch × heads), each
+//   out_i = Σ_j softmax_j(scale · q_i·k_j) · v_j,   lse_i = log Σ_j exp(scale · q_i·k_j)
+// q (BH, Nq, D), k (BH, Nk, D), v (BH, Nk, Dv) -> out (BH, Nq, Dv), lse (BH, Nq).
+// lse is what the backward needs to recompute the probabilities, and lets a caller merge partial results over
+// disjoint key sets (ring attention). Nk == 0 gives out = 0 and lse = -inf.
+template <typename T>
+void attention_forward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv, T scale, const T* q, const T* k,
+                       const T* v, T* out, T* lse);
+
+// Gradients of a loss L(out, lse) through attention_forward, given grad_out = dL/dout (BH, Nq, Dv) and
+// grad_lse = dL/dlse (BH, Nq), or nullptr when lse does not feed the loss. out and lse are the forward's outputs.
+// Overwrites grad_q (BH, Nq, D), grad_k (BH, Nk, D) and grad_v (BH, Nk, Dv). Parallel over BH only, so each
+// head's dK/dV is accumulated by one thread in a fixed order (results do not depend on the thread count).
+template <typename T>
+void attention_backward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv, T scale, const T* q, const T* k,
+                        const T* v, const T* out, const T* lse, const T* grad_out, const T* grad_lse, T* grad_q,
+                        T* grad_k, T* grad_v);
+
+}  // namespace shardrt::kernels::cpu

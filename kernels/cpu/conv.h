@@ -1,0 +1,48 @@
+// N-d convolution (N = 1, 2, 3) by im2col + GEMM, and the non-overlapping transposed convolution used to turn
+// patch tokens back into a volume ("unpatchify").
+#pragma once
+#include <cstdint>
+
+namespace shardrt::kernels::cpu {
+
+// Shape of a convolution (also used by pooling, with c_out = c_in). Spatial dims 0..nd-1 are the tensor's
+// spatial dims in order; the unused trailing dims nd..2 must hold in = out = kernel = stride = dilation = 1 and
+// pad = 0, which lets every kernel work on 3-d volumes without changing the memory layout.
+// Padding is symmetric: pad[d] zeros on both sides of dim d.
+struct ConvGeometry {
+  int nd;
+  int64_t batch, c_in, c_out;
+  int64_t in[3], out[3], kernel[3], stride[3], pad[3], dilation[3];
+};
+
+// floor((in + 2·pad - dilation·(kernel - 1) - 1) / stride) + 1, or 0 when the dilated kernel does not fit.
+int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation);
+
+// Fills a ConvGeometry from nd-long arrays, computing out with conv_output_size and setting the unused dims.
+ConvGeometry make_conv_geometry(int nd, int64_t batch, int64_t c_in, int64_t c_out, const int64_t* in,
+                                const int64_t* kernel, const int64_t* stride, const int64_t* pad,
+                                const int64_t* dilation);
+
+// y (B, Cout, *out) = conv(x (B, Cin, *in), w (Cout, Cin, *kernel)) + bias (Cout, nullable).
+template <typename T>
+void conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* y);
+
+// Given gy (B, Cout, *out): gx (B, Cin, *in), gw (Cout, Cin, *kernel), gbias (Cout). Each output is nullable
+// (skipped) and, when given, overwritten.
+template <typename T>
+void conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* gx, T* gw, T* gbias);
+
+// Transposed convolution with kernel == stride and no padding: every input voxel writes its own kernel-sized
+// output block, so the op is one GEMM plus a permutation.
+// x (B, Cin, *in), w (Cin, Cout, *kernel) (PyTorch's ConvTranspose layout), bias (Cout, nullable)
+//   -> y (B, Cout, *in·kernel).
+// Reads g.batch, g.c_in, g.c_out, g.in (input extents) and g.kernel; stride, pad, dilation and out are not read.
+template <typename T>
+void conv_transpose_patch_forward(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* y);
+
+// Given gy (B, Cout, *in·kernel): gx, gw, gbias as for conv_backward (nullable, overwritten).
+template <typename T>
+void conv_transpose_patch_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* gx, T* gw,
+                                   T* gbias);
+
+}  // namespace shardrt::kernels::cpu

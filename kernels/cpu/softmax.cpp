@@ -1,0 +1,137 @@
+#include "kernels/cpu/softmax.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace shardrt::kernels::cpu {
+namespace {
+
+// Calls with fewer elements than this stay on one thread.
+constexpr int64_t kParallelMin = int64_t{1} << 15;
+// Inner columns one task handles together; per-column statistics live on the stack.
+constexpr int64_t kInnerBlock = 256;
+
+// Runs slice(o, j0, j1) for every outer row and block of inner columns; each task owns its columns entirely, so
+// the result does not depend on the thread count.
+template <class Slice>
+void for_each_block(int64_t outer, int64_t n, int64_t inner, Slice slice) {
+  const int64_t blocks = (inner + kInnerBlock - 1) / kInnerBlock;
+  const int64_t tasks = outer * blocks;
+#pragma omp parallel for if (outer * n * inner >= kParallelMin) schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t o = t / blocks;
+    const int64_t j0 = (t % blocks) * kInnerBlock;
+    slice(o, j0, std::min(inner, j0 + kInnerBlock));
+  }
+}
+
+// Softmax (Log = false) or log-softmax (Log = true) of the columns [j0, j1) of outer row o. For inner == 1 this is
+// one contiguous row and the column loops have length 1.
+template <typename T, bool Log>
+void softmax_slice(int64_t n, int64_t inner, const T* x, T* y, int64_t o, int64_t j0, int64_t j1) {
+  const int64_t len = j1 - j0;
+  T shift[kInnerBlock];
+  double total[kInnerBlock] = {};
+  std::fill(shift, shift + len, -std::numeric_limits<T>::infinity());
+  const int64_t base = o * n * inner + j0;
+  for (int64_t k = 0; k < n; ++k) {
+    const T* xr = x + base + k * inner;
+    for (int64_t j = 0; j < len; ++j) shift[j] = std::max(shift[j], xr[j]);
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    const T* xr = x + base + k * inner;
+    T* yr = y + base + k * inner;
+    for (int64_t j = 0; j < len; ++j) {
+      const T e = std::exp(xr[j] - shift[j]);
+      total[j] += static_cast<double>(e);
+      if constexpr (Log) {
+        yr[j] = xr[j] - shift[j];
+      } else {
+        yr[j] = e;
+      }
+    }
+  }
+  T factor[kInnerBlock];
+  for (int64_t j = 0; j < len; ++j) {
+    factor[j] = Log ? static_cast<T>(std::log(total[j])) : static_cast<T>(1.0 / total[j]);
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    T* yr = y + base + k * inner;
+    for (int64_t j = 0; j < len; ++j) {
+      if constexpr (Log) {
+        yr[j] -= factor[j];
+      } else {
+        yr[j] *= factor[j];
+      }
+    }
+  }
+}
+
+// Backward of softmax (Log = false: gx = y (gy - sum gy y)) or log-softmax (Log = true: gx = gy - exp(y) sum gy).
+template <typename T, bool Log>
+void softmax_backward_slice(int64_t n, int64_t inner, const T* y, const T* gy, T* gx, int64_t o, int64_t j0,
+                            int64_t j1) {
+  const int64_t len = j1 - j0;
+  double acc[kInnerBlock] = {};
+  const int64_t base = o * n * inner + j0;
+  for (int64_t k = 0; k < n; ++k) {
+    const T* yr = y + base + k * inner;
+    const T* gyr = gy + base + k * inner;
+    for (int64_t j = 0; j < len; ++j) acc[j] += Log ? static_cast<double>(gyr[j]) : static_cast<double>(gyr[j] * yr[j]);
+  }
+  T dot[kInnerBlock];
+  for (int64_t j = 0; j < len; ++j) dot[j] = static_cast<T>(acc[j]);
+  for (int64_t k = 0; k < n; ++k) {
+    const T* yr = y + base + k * inner;
+    const T* gyr = gy + base + k * inner;
+    T* gxr = gx + base + k * inner;
+    for (int64_t j = 0; j < len; ++j) {
+      if constexpr (Log) {
+        gxr[j] = gyr[j] - std::exp(yr[j]) * dot[j];
+      } else {
+        gxr[j] = yr[j] * (gyr[j] - dot[j]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void softmax(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) {
+  for_each_block(outer, n, inner,
+                 [&](int64_t o, int64_t j0, int64_t j1) { softmax_slice<T, false>(n, inner, x, y, o, j0, j1); });
+}
+
+template <typename T>
+void softmax_backward(int64_t outer, int64_t n, int64_t inner, const T* y, const T* gy, T* gx) {
+  for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
+    softmax_backward_slice<T, false>(n, inner, y, gy, gx, o, j0, j1);
+  });
+}
+
+template <typename T>
+void log_softmax(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) {
+  for_each_block(outer, n, inner,
+                 [&](int64_t o, int64_t j0, int64_t j1) { softmax_slice<T, true>(n, inner, x, y, o, j0, j1); });
+}
+
+template <typename T>
+void log_softmax_backward(int64_t outer, int64_t n, int64_t inner, const T* y, const T* gy, T* gx) {
+  for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
+    softmax_backward_slice<T, true>(n, inner, y, gy, gx, o, j0, j1);
+  });
+}
+
+#define SHARDRT_INSTANTIATE_SOFTMAX(T)                                                             \
+  template void softmax<T>(int64_t, int64_t, int64_t, const T*, T*);                               \
+  template void softmax_backward<T>(int64_t, int64_t, int64_t, const T*, const T*, T*);            \
+  template void log_softmax<T>(int64_t, int64_t, int64_t, const T*, T*);                           \
+  template void log_softmax_backward<T>(int64_t, int64_t, int64_t, const T*, const T*, T*);
+
+SHARDRT_INSTANTIATE_SOFTMAX(float)
+SHARDRT_INSTANTIATE_SOFTMAX(double)
+#undef SHARDRT_INSTANTIATE_SOFTMAX
+
+}  // namespace shardrt::kernels::cpu

@@ -1,0 +1,35 @@
+// Allocators. Every byte a Tensor holds goes through one of these, so current and peak bytes per device
+// are exact: peak memory per rank is a figure ShardRT publishes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/device.h"
+
+namespace shardrt {
+
+struct MemoryStats {
+  int64_t current_bytes = 0;  // bytes handed out and not yet returned
+  int64_t peak_bytes = 0;     // high-water mark of current_bytes since the last reset_peak
+  int64_t allocations = 0;    // number of allocate() calls
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns storage for `bytes` bytes (nullptr when bytes == 0). Throws on exhaustion.
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* ptr, std::size_t bytes) = 0;
+  virtual MemoryStats stats() const = 0;
+  virtual void reset_peak() = 0;
+};
+
+// 64-byte aligned host memory.
+Allocator& cpu_allocator();
+// The allocator for a device: cpu_allocator() or the CUDA caching allocator of that ordinal.
+Allocator& allocator_for(Device d);
+
+MemoryStats memory_stats(Device d);
+void reset_peak_memory(Device d);
+
+}  // namespace shardrt

@@ -1,0 +1,18 @@
+// Small helpers for tests that run under mpiexec.
+#pragma once
+#include <mpi.h>
+
+namespace shardrt::test {
+
+inline int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+inline int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+}  // namespace shardrt::test
