@@ -66,7 +66,7 @@ void copy_elements(const Tensor& dst, const Tensor& src) {
 #endif
 }
 
-void Tensor::fill_(double value) {
+void Tensor::fill_(double value) const {
   if (numel() == 0) return;
   if (!is_contiguous()) {  // fill a compact buffer, then scatter it into the view
     Tensor tmp = Tensor::empty(shape(), dtype(), device());

@@ -246,7 +246,7 @@ Tensor Tensor::to(DType t) const {
   return out;
 }
 
-void Tensor::copy_(const Tensor& src) { copy_elements(*this, src); }
+void Tensor::copy_(const Tensor& src) const { copy_elements(*this, src); }
 
 double Tensor::item() const {
   SHARDRT_CHECK(numel() == 1, ShapeError, "item: expected one element, got ", str());

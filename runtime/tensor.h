@@ -75,9 +75,9 @@ class Tensor {
   Tensor to(Device device) const;  // itself when already there
   Tensor to(DType dtype) const;    // itself when already that dtype
   // Copies `src` (same shape, any dtype, any device) into this tensor's elements, converting the dtype.
-  void copy_(const Tensor& src);
-  void fill_(double value);
-  void zero_() { fill_(0.0); }
+  void copy_(const Tensor& src) const;
+  void fill_(double value) const;
+  void zero_() const { fill_(0.0); }
 
   // --- host-side reads, mainly for tests and small values ---
   double item() const;                    // numel() must be 1

@@ -1,0 +1,209 @@
+#include "autograd/engine.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/function.h"
+#include "autograd/tape.h"
+#include "kernels/cpu/elementwise.h"
+#include "runtime/errors.h"
+#include "runtime/factories.h"
+#ifdef SHARDRT_WITH_CUDA
+#include "kernels/cuda/elementwise.h"
+#include "runtime/cuda/stream.h"
+#endif
+
+namespace shardrt {
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!grad_mode_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && requires_grad(t)) return true;
+  return false;
+}
+
+std::vector<Tensor> attach_node(std::shared_ptr<Node> node, const char* name, const std::vector<Tensor>& inputs,
+                                const std::vector<Tensor>& outputs) {
+  node->name = name;
+  node->inputs.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    Edge e = t.defined() ? gradient_edge(t) : Edge{};
+    if (t.defined()) e.shape = t.shape();
+    node->inputs.push_back(std::move(e));
+  }
+  std::vector<Tensor> result;
+  result.reserve(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Tensor out = outputs[i].detach();  // a fresh tensor object: ctx copies never see this meta
+    node->outputs.push_back({out.shape(), out.dtype(), out.device()});
+    if (is_floating(out.dtype())) {
+      auto meta = std::make_shared<AutogradMeta>();
+      meta->requires_grad = true;
+      meta->grad_fn = node;
+      meta->output_nr = static_cast<int>(i);
+      out.set_autograd_meta(std::move(meta));
+    }
+    result.push_back(std::move(out));
+  }
+  return result;
+}
+
+void accumulate_into(const Tensor& dst, const Tensor& src) {
+  SHARDRT_CHECK(dst.shape() == src.shape(), ShapeError, "accumulate_into: ", dst.str(), " += ", src.str());
+  check_same_device("accumulate_into", dst, src);
+  if (dst.numel() == 0) return;
+  Tensor s = src.dtype() == dst.dtype() ? src.contiguous() : src.to(dst.dtype()).contiguous();
+  // Accumulate through a contiguous buffer when dst is a strided view.
+  Tensor d = dst.is_contiguous() ? dst : dst.clone();
+  int64_t n = d.numel();
+  if (d.device().is_cpu()) {
+    if (d.dtype() == DType::f64)
+      kernels::cpu::axpy<double>(n, 1.0, s.data<double>(), d.data<double>());
+    else if (d.dtype() == DType::f32)
+      kernels::cpu::axpy<float>(n, 1.0f, s.data<float>(), d.data<float>());
+    else
+      throw DTypeError(detail::concat("accumulate_into: grads of dtype ", dtype_name(d.dtype()),
+                                      " are not supported on cpu (", d.str(), ")"));
+  } else {
+#ifdef SHARDRT_WITH_CUDA
+    cudaStream_t stream = current_stream(d.device().index);
+    if (d.dtype() == DType::f64)
+      kernels::cuda::axpy<double>(n, 1.0, s.data<double>(), d.data<double>(), stream);
+    else if (d.dtype() == DType::f32)
+      kernels::cuda::axpy<float>(n, 1.0f, s.data<float>(), d.data<float>(), stream);
+    else
+      throw DTypeError(detail::concat("accumulate_into: grads of dtype ", dtype_name(d.dtype()),
+                                      " are not supported on cuda (", d.str(), ")"));
+#endif
+  }
+  if (!d.is_same(dst)) dst.copy_(d);
+}
+
+namespace {
+
+// Grad for one leaf: bound buffers add in place; otherwise the first grad is kept as is and later ones are
+// summed out of place, so a grad that aliases another tensor is never written through.
+void accumulate_leaf(AutogradMeta& leaf, const Tensor& g) {
+  if (leaf.grad_bound) {
+    accumulate_into(leaf.grad, g);
+  } else if (!leaf.grad.defined()) {
+    leaf.grad = g.detach();
+  } else {
+    Tensor sum = leaf.grad.clone();
+    accumulate_into(sum, g);
+    leaf.grad = sum;
+  }
+}
+
+// A backward that returns a grad of the wrong shape is a bug in that op; say which op.
+void check_grad_shape(const Node& node, size_t input, const Tensor& g, const Shape& want) {
+  SHARDRT_CHECK(g.shape() == want, AutogradError, "backward of ", node.name, ": grad for input ", input, " is ",
+                g.str(), " but the input has shape ", shape_str(want));
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  SHARDRT_CHECK(roots.size() == grads.size(), ValueError, "backward: ", roots.size(), " roots but ", grads.size(),
+                " grads");
+  NoGradGuard no_grad;  // backward functions compute plain tensors
+
+  // Seed grads; roots that are leaves receive theirs directly.
+  std::unordered_map<Node*, std::vector<Tensor>> pending;
+  std::vector<std::shared_ptr<Node>> starts;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    SHARDRT_CHECK(requires_grad(r), AutogradError, "backward: root ", i, " (", r.str(),
+                  ") does not require grad; nothing to differentiate");
+    Tensor g = grads[i];
+    if (!g.defined()) {
+      SHARDRT_CHECK(r.numel() == 1, AutogradError, "backward: root ", r.str(),
+                    " has more than one element; pass its grad explicitly");
+      g = ones(r.shape(), {r.dtype(), r.device()});
+    }
+    SHARDRT_CHECK(g.shape() == r.shape(), ShapeError, "backward: grad ", g.str(), " for root ", r.str());
+    Edge e = gradient_edge(r);
+    if (e.leaf) {
+      accumulate_leaf(*e.leaf, g);
+      continue;
+    }
+    auto& slot = pending[e.node.get()];
+    slot.resize(e.node->outputs.size());
+    if (slot[e.output_nr].defined()) {
+      Tensor s = slot[e.output_nr].clone();
+      accumulate_into(s, g);
+      slot[e.output_nr] = s;
+    } else {
+      slot[e.output_nr] = g;
+    }
+    starts.push_back(e.node);
+  }
+
+  // Count, for every reachable node, how many edges feed grads into it.
+  std::unordered_map<Node*, int> dependencies;
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+  for (auto& s : starts)
+    if (seen.insert(s.get()).second) stack.push_back(s.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->inputs) {
+      if (!e.node) continue;
+      dependencies[e.node.get()] += 1;
+      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+
+  // Run nodes whose consumers have all delivered their grads.
+  std::vector<std::shared_ptr<Node>> ready;
+  {
+    std::unordered_set<Node*> queued;
+    for (auto& s : starts)
+      if (dependencies[s.get()] == 0 && queued.insert(s.get()).second) ready.push_back(s);
+  }
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = ready.back();
+    ready.pop_back();
+    std::vector<Tensor> grad_out = std::move(pending[node.get()]);
+    pending.erase(node.get());
+    grad_out.resize(node->outputs.size());
+    for (size_t k = 0; k < grad_out.size(); ++k)
+      if (!grad_out[k].defined()) {
+        const OutputInfo& o = node->outputs[k];
+        grad_out[k] = zeros(o.shape, {o.dtype, o.device});
+      }
+    std::vector<Tensor> grad_in = node->apply(grad_out);
+    if (!retain_graph) node->release();
+    SHARDRT_CHECK(grad_in.size() == node->inputs.size(), AutogradError, "backward of ", node->name, " returned ",
+                  grad_in.size(), " grads for ", node->inputs.size(), " inputs");
+    for (size_t i = 0; i < grad_in.size(); ++i) {
+      const Edge& e = node->inputs[i];
+      if (!e.active()) continue;
+      const Tensor& g = grad_in[i];
+      if (e.leaf) {
+        if (g.defined()) {
+          check_grad_shape(*node, i, g, e.shape);
+          accumulate_leaf(*e.leaf, g);
+        }
+        continue;
+      }
+      Node* next = e.node.get();
+      if (g.defined()) {
+        check_grad_shape(*node, i, g, e.shape);
+        auto& slot = pending[next];
+        slot.resize(next->outputs.size());
+        if (slot[e.output_nr].defined()) {
+          Tensor s = slot[e.output_nr].clone();
+          accumulate_into(s, g);
+          slot[e.output_nr] = s;
+        } else {
+          slot[e.output_nr] = g;
+        }
+      }
+      if (--dependencies[next] == 0) ready.push_back(e.node);
+    }
+  }
+}
+
+}  // namespace shardrt

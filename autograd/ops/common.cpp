@@ -1,0 +1,79 @@
+#include "autograd/ops/common.h"
+
+#include "kernels/cpu/reduce.h"
+#ifdef SHARDRT_WITH_CUDA
+#include "kernels/cuda/reduce.h"
+#include "runtime/cuda/stream.h"
+#endif
+
+namespace shardrt::ops_detail {
+
+void check_float(const char* op, const Tensor& t, const char* what) {
+  SHARDRT_CHECK(t.defined(), ValueError, op, ": ", what, " is undefined");
+  SHARDRT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, DTypeError, op, ": ", what,
+                " must be f32 or f64, got ", t.str());
+}
+
+void check_compatible(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (!first) {
+      first = t;
+      continue;
+    }
+    check_same_dtype(op, *first, *t);
+    check_same_device(op, *first, *t);
+  }
+}
+
+void not_on_cuda(const char* op) { throw DeviceError(detail::concat("not implemented on cuda: ", op)); }
+
+DimView dim_view(const Shape& shape, int dim) {
+  DimView v;
+  for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
+    if (i < dim) v.outer *= shape[i];
+    else if (i == dim) v.n = shape[i];
+    else v.inner *= shape[i];
+  }
+  return v;
+}
+
+Tensor sum_dim_keep(const Tensor& x_in, int dim) {
+  Tensor x = x_in.contiguous();
+  Shape out_shape = x.shape();
+  out_shape[dim] = 1;
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  DimView v = dim_view(x.shape(), dim);
+  dispatch_float("sum", x, [&](auto tag) {
+    using T = decltype(tag);
+    if (x.device().is_cpu()) {
+      kernels::cpu::reduce_sum<T>(v.outer, v.n, v.inner, x.data<T>(), y.data<T>());
+    } else {
+#ifdef SHARDRT_WITH_CUDA
+      kernels::cuda::reduce_sum<T>(v.outer, v.n, v.inner, x.data<T>(), y.data<T>(), current_stream(x.device().index));
+#else
+      not_on_cuda("sum");
+#endif
+    }
+  });
+  return y;
+}
+
+Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  SHARDRT_CHECK(g.dim() >= static_cast<int>(shape.size()), ShapeError, "sum_to_shape: cannot reduce ", g.str(), " to ",
+                shape_str(shape));
+  Tensor r = g;
+  int lead = g.dim() - static_cast<int>(shape.size());
+  for (int d = g.dim() - 1; d >= 0; --d) {
+    bool extra = d < lead;
+    bool broadcast = !extra && shape[d - lead] == 1 && g.shape()[d] != 1;
+    SHARDRT_CHECK(extra || broadcast || shape[d - lead] == g.shape()[d], ShapeError, "sum_to_shape: cannot reduce ",
+                  g.str(), " to ", shape_str(shape));
+    if (extra || broadcast) r = sum_dim_keep(r, d);
+  }
+  return r.reshape(shape);
+}
+
+}  // namespace shardrt::ops_detail
