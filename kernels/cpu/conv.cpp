@@ -12,7 +12,7 @@ namespace {
 constexpr int64_t kParallelWork = 1 << 15;
 // Largest im2col chunk, in elements: bounds the scratch memory for large 3-d volumes (the full im2col matrix
 // of a 64³ volume with 64 channels and a 3³ kernel would be 450M elements) while keeping each GEMM wide.
-constexpr int64_t kColumnBudget = int64_t(1) << 22;
+constexpr int64_t kColumnBudget = int64_t(1) << 20;
 
 // Row-major C (m × n) = alpha · op(A) · op(B) + beta · C. Leading dimensions are clamped to 1 because BLAS
 // rejects 0 even for an empty matrix that is never read.
