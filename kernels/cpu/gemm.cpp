@@ -38,9 +38,9 @@ template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
           int64_t ldb, T beta, T* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  // Some BLAS builds reject K == 0 (their lda check needs lda >= max(1, K) with K == 0 meaningless), so the
-  // degenerate product is handled here.
-  if (K == 0 || alpha == T(0)) {
+  // Some BLAS builds reject K == 0 (and its leading dimensions, which may then be 0), so the empty product is
+  // handled here.
+  if (K == 0) {
     scale_matrix(M, N, beta, C, ldc);
     return;
   }

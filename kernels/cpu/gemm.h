@@ -7,7 +7,7 @@ namespace shardrt::kernels::cpu {
 // C = alpha * op(A) * op(B) + beta * C, all row-major, where op(A) is M x K and op(B) is K x N.
 // A is M x K (lda >= K) or, with trans_a, K x M (lda >= M); likewise B is K x N or N x K with trans_b.
 // Leading dimensions are in elements. As in BLAS, beta == 0 overwrites C without reading it (NaN in C does not
-// survive). M == 0 or N == 0 does nothing; K == 0 (or alpha == 0) leaves C = beta * C without calling BLAS.
+// survive). M == 0 or N == 0 does nothing; K == 0 leaves C = beta * C without calling BLAS.
 // Preconditions (checked by the layer above): every size and leading dimension fits in a 32-bit int, which is
 // what this OpenBLAS build takes; C does not overlap A or B.
 template <typename T>

@@ -52,8 +52,9 @@ void scaled_sum(int64_t outer, int64_t n, int64_t inner, const T* x, double scal
     return;
   }
   for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
-    double acc[kInnerBlock] = {};
+    double acc[kInnerBlock];
     const int64_t len = j1 - j0;
+    std::fill(acc, acc + len, 0.0);
     for (int64_t k = 0; k < n; ++k) {
       const T* row = x + (o * n + k) * inner + j0;
       for (int64_t j = 0; j < len; ++j) acc[j] += static_cast<double>(row[j]);
@@ -133,9 +134,10 @@ template <typename T>
 void reduce_logsumexp(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) {
   for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
     T shift[kInnerBlock];
-    double acc[kInnerBlock] = {};
+    double acc[kInnerBlock];
     const int64_t len = j1 - j0;
     std::fill(shift, shift + len, -std::numeric_limits<T>::infinity());
+    std::fill(acc, acc + len, 0.0);
     for (int64_t k = 0; k < n; ++k) {
       const T* row = x + (o * n + k) * inner + j0;
       for (int64_t j = 0; j < len; ++j) {

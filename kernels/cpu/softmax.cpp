@@ -26,14 +26,17 @@ void for_each_block(int64_t outer, int64_t n, int64_t inner, Slice slice) {
   }
 }
 
-// Softmax (Log = false) or log-softmax (Log = true) of the columns [j0, j1) of outer row o. For inner == 1 this is
-// one contiguous row and the column loops have length 1.
-template <typename T, bool Log>
-void softmax_slice(int64_t n, int64_t inner, const T* x, T* y, int64_t o, int64_t j0, int64_t j1) {
-  const int64_t len = j1 - j0;
+// Softmax (Log = false) or log-softmax (Log = true) of the columns [j0, j1) of outer row o. Rows = true is the
+// inner == 1 fast path: with the column count fixed at 1 at compile time the column loops vanish and each slice
+// is a plain contiguous row.
+template <typename T, bool Log, bool Rows>
+void softmax_slice(int64_t n, int64_t inner_size, const T* x, T* y, int64_t o, int64_t j0, int64_t j1) {
+  const int64_t inner = Rows ? 1 : inner_size;
+  const int64_t len = Rows ? 1 : j1 - j0;
   T shift[kInnerBlock];
-  double total[kInnerBlock] = {};
+  double total[kInnerBlock];
   std::fill(shift, shift + len, -std::numeric_limits<T>::infinity());
+  std::fill(total, total + len, 0.0);
   const int64_t base = o * n * inner + j0;
   for (int64_t k = 0; k < n; ++k) {
     const T* xr = x + base + k * inner;
@@ -68,12 +71,15 @@ void softmax_slice(int64_t n, int64_t inner, const T* x, T* y, int64_t o, int64_
   }
 }
 
-// Backward of softmax (Log = false: gx = y (gy - sum gy y)) or log-softmax (Log = true: gx = gy - exp(y) sum gy).
-template <typename T, bool Log>
-void softmax_backward_slice(int64_t n, int64_t inner, const T* y, const T* gy, T* gx, int64_t o, int64_t j0,
+// Backward of softmax (Log = false: gx = y (gy - sum gy y)) or log-softmax (Log = true: gx = gy - exp(y) sum gy);
+// Rows as in softmax_slice.
+template <typename T, bool Log, bool Rows>
+void softmax_backward_slice(int64_t n, int64_t inner_size, const T* y, const T* gy, T* gx, int64_t o, int64_t j0,
                             int64_t j1) {
-  const int64_t len = j1 - j0;
-  double acc[kInnerBlock] = {};
+  const int64_t inner = Rows ? 1 : inner_size;
+  const int64_t len = Rows ? 1 : j1 - j0;
+  double acc[kInnerBlock];
+  std::fill(acc, acc + len, 0.0);
   const int64_t base = o * n * inner + j0;
   for (int64_t k = 0; k < n; ++k) {
     const T* yr = y + base + k * inner;
@@ -96,32 +102,52 @@ void softmax_backward_slice(int64_t n, int64_t inner, const T* y, const T* gy, T
   }
 }
 
+template <typename T, bool Log>
+void softmax_forward(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) {
+  if (inner == 1) {
+    for_each_block(outer, n, 1, [&](int64_t o, int64_t j0, int64_t j1) {
+      softmax_slice<T, Log, true>(n, 1, x, y, o, j0, j1);
+    });
+  } else {
+    for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
+      softmax_slice<T, Log, false>(n, inner, x, y, o, j0, j1);
+    });
+  }
+}
+
+template <typename T, bool Log>
+void softmax_grad(int64_t outer, int64_t n, int64_t inner, const T* y, const T* gy, T* gx) {
+  if (inner == 1) {
+    for_each_block(outer, n, 1, [&](int64_t o, int64_t j0, int64_t j1) {
+      softmax_backward_slice<T, Log, true>(n, 1, y, gy, gx, o, j0, j1);
+    });
+  } else {
+    for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
+      softmax_backward_slice<T, Log, false>(n, inner, y, gy, gx, o, j0, j1);
+    });
+  }
+}
+
 }  // namespace
 
 template <typename T>
 void softmax(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) {
-  for_each_block(outer, n, inner,
-                 [&](int64_t o, int64_t j0, int64_t j1) { softmax_slice<T, false>(n, inner, x, y, o, j0, j1); });
+  softmax_forward<T, false>(outer, n, inner, x, y);
 }
 
 template <typename T>
 void softmax_backward(int64_t outer, int64_t n, int64_t inner, const T* y, const T* gy, T* gx) {
-  for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
-    softmax_backward_slice<T, false>(n, inner, y, gy, gx, o, j0, j1);
-  });
+  softmax_grad<T, false>(outer, n, inner, y, gy, gx);
 }
 
 template <typename T>
 void log_softmax(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) {
-  for_each_block(outer, n, inner,
-                 [&](int64_t o, int64_t j0, int64_t j1) { softmax_slice<T, true>(n, inner, x, y, o, j0, j1); });
+  softmax_forward<T, true>(outer, n, inner, x, y);
 }
 
 template <typename T>
 void log_softmax_backward(int64_t outer, int64_t n, int64_t inner, const T* y, const T* gy, T* gx) {
-  for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
-    softmax_backward_slice<T, true>(n, inner, y, gy, gx, o, j0, j1);
-  });
+  softmax_grad<T, true>(outer, n, inner, y, gy, gx);
 }
 
 #define SHARDRT_INSTANTIATE_SOFTMAX(T)                                                             \
