@@ -1,11 +1,11 @@
 #include "kernels/cpu/attention.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include "kernels/cpu/gemm.h"
 
 namespace shardrt::kernels::cpu {
 namespace {
@@ -15,22 +15,6 @@ constexpr int64_t kQueryBlock = 64;
 constexpr int64_t kKeyBlock = 64;
 // Below this many multiply-adds an OpenMP region costs more than it saves.
 constexpr int64_t kParallelWork = 1 << 16;
-
-// Row-major C (m × n) = alpha · op(A) · op(B) + beta · C. Leading dimensions are clamped to 1 because BLAS
-// rejects 0 even when the matrix is empty (D == 0 or Dv == 0) and is therefore never read.
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
-              alpha, a, std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1), beta, c, std::max<int64_t>(ldc, 1));
-}
-
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
-          const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
-              alpha, a, std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1), beta, c, std::max<int64_t>(ldc, 1));
-}
 
 }  // namespace
 

@@ -1,9 +1,9 @@
 #include "kernels/cpu/conv.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <vector>
+
+#include "kernels/cpu/gemm.h"
 
 namespace shardrt::kernels::cpu {
 namespace {
@@ -13,22 +13,6 @@ constexpr int64_t kParallelWork = 1 << 15;
 // Largest im2col chunk, in elements: bounds the scratch memory for large 3-d volumes (the full im2col matrix
 // of a 64³ volume with 64 channels and a 3³ kernel would be 450M elements) while keeping each GEMM wide.
 constexpr int64_t kColumnBudget = int64_t(1) << 20;
-
-// Row-major C (m × n) = alpha · op(A) · op(B) + beta · C. Leading dimensions are clamped to 1 because BLAS
-// rejects 0 even for an empty matrix that is never read.
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
-              alpha, a, std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1), beta, c, std::max<int64_t>(ldc, 1));
-}
-
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
-          const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
-              alpha, a, std::max<int64_t>(lda, 1), b, std::max<int64_t>(ldb, 1), beta, c, std::max<int64_t>(ldc, 1));
-}
 
 int64_t volume(const int64_t* dims) { return dims[0] * dims[1] * dims[2]; }
 
