@@ -11,11 +11,14 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "runtime/errors.h"
 
@@ -183,7 +186,8 @@ json parse_header(const std::string& path, std::string_view text) {
 }
 
 std::map<std::string, std::string> parse_metadata(const std::string& path, const json& value) {
-  if (!value.is_object()) load_error(path, "\"__metadata__\" is ", value.type_name(), ", expected an object of strings");
+  if (!value.is_object())
+    load_error(path, "\"__metadata__\" is ", value.type_name(), ", expected an object of strings");
   std::map<std::string, std::string> metadata;
   for (const auto& [key, entry] : value.items()) {
     if (!entry.is_string())
@@ -221,7 +225,8 @@ TensorEntry parse_entry(const std::string& path, const std::string& name, const 
   TensorEntry out{name, DType::f32, {}, 0, 0};
 
   const json& dtype = required_field(path, name, entry, "dtype");
-  if (!dtype.is_string()) load_error(path, "tensor '", name, "': \"dtype\" is ", dtype.type_name(), ", expected a string");
+  if (!dtype.is_string())
+    load_error(path, "tensor '", name, "': \"dtype\" is ", dtype.type_name(), ", expected a string");
   std::optional<DType> known = dtype_from_safetensors_name(dtype.get<std::string>());
   if (!known)
     load_error(path, "tensor '", name, "': unsupported dtype ", dtype.dump(),
@@ -229,7 +234,8 @@ TensorEntry parse_entry(const std::string& path, const std::string& name, const 
   out.dtype = *known;
 
   const json& shape = required_field(path, name, entry, "shape");
-  if (!shape.is_array()) load_error(path, "tensor '", name, "': \"shape\" is ", shape.type_name(), ", expected an array");
+  if (!shape.is_array())
+    load_error(path, "tensor '", name, "': \"shape\" is ", shape.type_name(), ", expected an array");
   // The product of the nonzero sizes must fit in int64 even when another size is 0: code that computes strides
   // or partial products over such a shape would otherwise overflow.
   int64_t nonzero_product = 1;
@@ -248,27 +254,31 @@ TensorEntry parse_entry(const std::string& path, const std::string& name, const 
 
   const json& offsets = required_field(path, name, entry, "data_offsets");
   std::optional<uint64_t> begin, end;
-  if (offsets.is_array() && offsets.size() == 2) begin = non_negative_integer(offsets[0]), end = non_negative_integer(offsets[1]);
+  if (offsets.is_array() && offsets.size() == 2)
+    begin = non_negative_integer(offsets[0]), end = non_negative_integer(offsets[1]);
   if (!begin || !end)
-    load_error(path, "tensor '", name, "': \"data_offsets\" is ", offsets.dump(), ", expected [begin, end] as two non-negative integers");
+    load_error(path, "tensor '", name, "': \"data_offsets\" is ", offsets.dump(),
+               ", expected [begin, end] as two non-negative integers");
   if (*begin > *end) load_error(path, "tensor '", name, "': data_offsets ", offsets.dump(), " has begin after end");
   if (*end > data_bytes)
-    load_error(path, "tensor '", name, "': data_offsets ", offsets.dump(), " end past the data section (", data_bytes, " bytes)");
+    load_error(path, "tensor '", name, "': data_offsets ", offsets.dump(), " end past the data section (", data_bytes,
+               " bytes)");
   out.begin = *begin;
   out.end = *end;
 
   // Compared by division so that a huge numel cannot overflow the byte count.
   const uint64_t bytes = out.end - out.begin, element = dtype_size(out.dtype);
   if (bytes % element != 0 || bytes / element != numel)
-    load_error(path, "tensor '", name, "': data_offsets ", offsets.dump(), " span ", bytes, " bytes, but ", dtype.dump(),
-               " with shape ", shape.dump(), " needs ", numel, " x ", element, " bytes");
+    load_error(path, "tensor '", name, "': data_offsets ", offsets.dump(), " span ", bytes, " bytes, but ",
+               dtype.dump(), " with shape ", shape.dump(), " needs ", numel, " x ", element, " bytes");
   return out;
 }
 
 void check_no_overlap(const std::string& path, std::vector<const TensorEntry*> entries) {
   // Zero-size tensors own no bytes, so they overlap nothing wherever their offsets point.
   std::erase_if(entries, [](const TensorEntry* e) { return e->begin == e->end; });
-  std::sort(entries.begin(), entries.end(), [](const TensorEntry* a, const TensorEntry* b) { return a->begin < b->begin; });
+  std::sort(entries.begin(), entries.end(),
+            [](const TensorEntry* a, const TensorEntry* b) { return a->begin < b->begin; });
   for (std::size_t i = 1; i < entries.size(); ++i) {
     const TensorEntry& prev = *entries[i - 1];
     const TensorEntry& cur = *entries[i];
@@ -369,7 +379,8 @@ void check_savable(const std::string& path, const std::map<std::string, Tensor>&
     SHARDRT_CHECK(t.defined(), ValueError, where, "tensor '", name, "' is undefined");
   }
   for (const auto& [key, value] : metadata)
-    SHARDRT_CHECK(is_valid_utf8(key) && is_valid_utf8(value), ValueError, where, "a metadata string is not valid UTF-8");
+    SHARDRT_CHECK(is_valid_utf8(key) && is_valid_utf8(value), ValueError, where,
+                  "a metadata string is not valid UTF-8");
 }
 
 }  // namespace
@@ -402,6 +413,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
   // Checked here rather than left to the JSON parser, which validates only inside strings.
   if (std::size_t bad = find_invalid_utf8(header); bad != std::string_view::npos)
     load_error(path, "header is not valid UTF-8 (byte ", bad, " of the header)");
+  // JSON never contains a raw NUL, but nlohmann stops reading at one, which would silently ignore whatever follows.
+  if (std::size_t nul = header.find('\0'); nul != std::string_view::npos)
+    load_error(path, "header is not valid JSON: NUL byte at byte ", nul, " of the header");
   const json doc = parse_header(path, header);
   if (!doc.is_object()) load_error(path, "header is ", doc.type_name(), ", expected an object");
 
@@ -410,8 +424,10 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::map<std::string, std::string> metadata;
   std::vector<TensorEntry> entries;
   for (const auto& [name, value] : doc.items()) {
-    if (name == "__metadata__") metadata = parse_metadata(path, value);
-    else entries.push_back(parse_entry(path, name, value, data_bytes));
+    if (name == "__metadata__")
+      metadata = parse_metadata(path, value);
+    else
+      entries.push_back(parse_entry(path, name, value, data_bytes));
   }
   std::vector<const TensorEntry*> entry_pointers;
   for (const TensorEntry& e : entries) entry_pointers.push_back(&e);
