@@ -1,6 +1,10 @@
 #include "autograd/ops/common.h"
 
+#include <algorithm>
+#include <string>
+
 #include "kernels/cpu/reduce.h"
+#include "runtime/factories.h"
 #ifdef SHARDRT_WITH_CUDA
 #include "kernels/cuda/reduce.h"
 #include "runtime/cuda/stream.h"
@@ -28,6 +32,32 @@ void check_compatible(const char* op, std::initializer_list<const Tensor*> ts) {
 }
 
 void not_on_cuda(const char* op) { throw DeviceError(detail::concat("not implemented on cuda: ", op)); }
+
+int wrap_dim_of(const char* op, int dim, const Tensor& t) {
+  SHARDRT_CHECK(dim >= -t.dim() && dim < t.dim(), ShapeError, op, ": dim ", dim, " is out of range for ", t.str());
+  return dim < 0 ? dim + t.dim() : dim;
+}
+
+Shape broadcast_for(const char* op, const std::vector<Shape>& shapes, std::initializer_list<const Tensor*> operands) {
+  size_t rank = 0;
+  for (const Shape& s : shapes) rank = std::max(rank, s.size());
+  Shape out(rank, 1);
+  bool ok = true;
+  for (const Shape& s : shapes) {
+    const size_t lead = rank - s.size();
+    for (size_t d = 0; d < s.size(); ++d) {
+      if (s[d] == out[lead + d] || s[d] == 1) continue;
+      ok = ok && out[lead + d] == 1;
+      out[lead + d] = s[d];
+    }
+  }
+  if (!ok) {
+    std::string names;
+    for (const Tensor* t : operands) names += (names.empty() ? "" : ", ") + t->str();
+    throw ShapeError(detail::concat(op, ": operands do not broadcast: ", names));
+  }
+  return out;
+}
 
 DimView dim_view(const Shape& shape, int dim) {
   DimView v;
@@ -60,6 +90,10 @@ Tensor sum_dim_keep(const Tensor& x_in, int dim) {
   return y;
 }
 
+Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
+
+Tensor scalar_like(const Tensor& t, double value) { return full({}, value, {t.dtype(), t.device()}); }
+
 Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   SHARDRT_CHECK(g.dim() >= static_cast<int>(shape.size()), ShapeError, "sum_to_shape: cannot reduce ", g.str(), " to ",
@@ -74,6 +108,24 @@ Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
     if (extra || broadcast) r = sum_dim_keep(r, d);
   }
   return r.reshape(shape);
+}
+
+int spatial_dims(const char* op, const Tensor& x) {
+  SHARDRT_CHECK(x.dim() >= 3 && x.dim() <= 5, ShapeError, op, ": expected (B, C, *spatial) with 1-3 spatial dims, got ",
+                x.str());
+  return x.dim() - 2;
+}
+
+std::vector<int64_t> per_spatial_dim(const char* op, const char* what, const std::vector<int64_t>& values, int nd,
+                                     int64_t min_value) {
+  SHARDRT_CHECK(values.size() == 1 || static_cast<int>(values.size()) == nd, ValueError, op, ": ", what,
+                " needs 1 or ", nd, " entries for ", nd, " spatial dims, got ", shape_str(values));
+  std::vector<int64_t> expanded(nd, values[0]);
+  if (values.size() > 1) expanded = values;
+  for (int64_t v : expanded)
+    SHARDRT_CHECK(v >= min_value, ValueError, op, ": ", what, " ", shape_str(values), " has an entry below ",
+                  min_value);
+  return expanded;
 }
 
 }  // namespace shardrt::ops_detail

@@ -2,7 +2,9 @@
 // and summing a broadcast grad back to an operand's shape.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
+#include <vector>
 
 #include "runtime/errors.h"
 #include "runtime/tensor.h"
@@ -27,6 +29,11 @@ void check_float(const char* op, const Tensor& t, const char* what);
 void check_compatible(const char* op, std::initializer_list<const Tensor*> ts);
 [[noreturn]] void not_on_cuda(const char* op);
 
+// A dim of t wrapped into [0, t.dim()); ShapeError naming op and t.str() when out of range.
+int wrap_dim_of(const char* op, int dim, const Tensor& t);
+// NumPy broadcast of `shapes`; ShapeError naming op and the operands' str() when they do not broadcast.
+Shape broadcast_for(const char* op, const std::vector<Shape>& shapes, std::initializer_list<const Tensor*> operands);
+
 // The (outer, n, inner) view of dimension `dim` of a shape.
 struct DimView {
   int64_t outer = 1, n = 1, inner = 1;
@@ -39,5 +46,19 @@ Tensor sum_to_shape(const Tensor& g, const Shape& shape);
 
 // Sum over one dim keeping it with size 1 (CPU and CUDA, f32/f64); not recorded.
 Tensor sum_dim_keep(const Tensor& x, int dim);
+
+// A fresh contiguous tensor with t's shape, dtype and device (uninitialised).
+Tensor empty_like(const Tensor& t);
+// A 0-d tensor holding `value` with t's dtype and device (e.g. the zero that `where` selects).
+Tensor scalar_like(const Tensor& t, double value);
+
+// ---- (B, C, *spatial) tensors: convolution, pooling, upsampling -------------------------------------------
+// The number of spatial dims of a (B, C, *spatial) tensor, 1-3; ShapeError naming `op` otherwise.
+int spatial_dims(const char* op, const Tensor& x);
+// A per-spatial-dim argument (stride, padding, ...) given with one entry per spatial dim or one entry for all,
+// expanded to nd entries. ValueError naming `op` and `what` when the count is neither, or an entry is below
+// `min_value`.
+std::vector<int64_t> per_spatial_dim(const char* op, const char* what, const std::vector<int64_t>& values, int nd,
+                                     int64_t min_value);
 
 }  // namespace shardrt::ops_detail

@@ -1,0 +1,232 @@
+// Convolution over 1-3 spatial dims (im2col + GEMM on the CPU) and the non-overlapping transposed convolution
+// that turns patch tokens back into a volume. The ctx keeps x and w (what the weight and input grads need)
+// and which inputs want a grad, so that the expensive input grad is skipped for data that needs none.
+#include <climits>
+
+#include "autograd/function.h"
+#include "autograd/ops.h"
+#include "autograd/ops/common.h"
+#include "autograd/tape.h"
+#include "kernels/cpu/conv.h"
+
+namespace shardrt {
+
+using namespace ops_detail;
+
+namespace {
+
+using kernels::cpu::ConvGeometry;
+
+struct ConvCtx {
+  ConvGeometry geometry{};
+  Tensor x, w;  // contiguous, without autograd history
+  bool grad_x = false, grad_w = false, grad_bias = false;
+};
+
+void check_operands(const char* op, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  check_float(op, x, "input");
+  check_float(op, w, "weight");
+  if (bias.defined()) check_float(op, bias, "bias");
+  check_compatible(op, {&x, &w, &bias});
+}
+
+// The kernel extents of w (*, *, *kernel), each at least 1.
+std::vector<int64_t> kernel_extents(const char* op, const Tensor& w, int nd) {
+  std::vector<int64_t> kernel(nd);
+  for (int d = 0; d < nd; ++d) {
+    kernel[d] = w.size(2 + d);
+    SHARDRT_CHECK(kernel[d] >= 1, ShapeError, op, ": weight ", w.str(), " has an empty kernel");
+  }
+  return kernel;
+}
+
+// The GEMMs the kernels issue take 32-bit sizes and leading dims (see kernels/cpu/gemm.h).
+void check_blas_extents(const char* op, const Tensor& x, std::initializer_list<int64_t> extents) {
+  for (int64_t e : extents)
+    SHARDRT_CHECK(e <= INT_MAX, ShapeError, op, ": ", x.str(), " gives a GEMM extent of ", e,
+                  ", beyond the 32-bit sizes of the BLAS build");
+}
+
+// The kernels take a null pointer for an absent bias and for a grad they need not compute.
+template <typename T>
+T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+// What both backwards need: the operands, and which of them want a grad.
+void save_operands(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  ctx.x = x.contiguous().detach();
+  ctx.w = w.contiguous().detach();
+  ctx.grad_x = requires_grad(x);
+  ctx.grad_w = requires_grad(w);
+  ctx.grad_bias = bias.defined() && requires_grad(bias);
+}
+
+// Fills the ctx's geometry for y = conv(x, w) after checking every argument.
+void plan_conv(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride_in,
+               const std::vector<int64_t>& padding_in, const std::vector<int64_t>& dilation_in) {
+  const char* op = "conv";
+  check_operands(op, x, w, bias);
+  const int nd = spatial_dims(op, x);
+  SHARDRT_CHECK(w.dim() == x.dim(), ShapeError, op, ": weight ", w.str(), " must be (Cout, Cin, *kernel) for input ",
+                x.str());
+  SHARDRT_CHECK(w.size(1) == x.size(1), ShapeError, op, ": input ", x.str(), " has ", x.size(1),
+                " channels but weight ", w.str(), " expects ", w.size(1));
+  SHARDRT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0)), ShapeError, op, ": bias ",
+                bias.str(), " must be (Cout) for weight ", w.str());
+  const std::vector<int64_t> kernel = kernel_extents(op, w, nd);
+  const std::vector<int64_t> stride = per_spatial_dim(op, "stride", stride_in, nd, 1);
+  const std::vector<int64_t> padding = per_spatial_dim(op, "padding", padding_in, nd, 0);
+  const std::vector<int64_t> dilation = per_spatial_dim(op, "dilation", dilation_in, nd, 1);
+  std::vector<int64_t> in(nd);
+  for (int d = 0; d < nd; ++d) in[d] = x.size(2 + d);
+  const ConvGeometry g = kernels::cpu::make_conv_geometry(nd, x.size(0), x.size(1), w.size(0), in.data(),
+                                                          kernel.data(), stride.data(), padding.data(),
+                                                          dilation.data());
+  for (int d = 0; d < nd; ++d)
+    SHARDRT_CHECK(g.out[d] >= 1, ShapeError, op, ": kernel ", shape_str(kernel), " with dilation ",
+                  shape_str(dilation), " does not fit input ", x.str(), " padded by ", shape_str(padding),
+                  " in spatial dim ", d);
+  const int64_t in_vol = g.in[0] * g.in[1] * g.in[2], out_vol = g.out[0] * g.out[1] * g.out[2];
+  check_blas_extents(op, x, {in_vol, out_vol, g.c_in * g.kernel[0] * g.kernel[1] * g.kernel[2], g.c_out});
+  ctx.geometry = g;
+}
+
+Tensor conv_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
+                    const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                    const std::vector<int64_t>& dilation) {
+  plan_conv(ctx, x, w, bias, stride, padding, dilation);
+  if (x.device().is_cuda()) not_on_cuda("conv");
+  const ConvGeometry& g = ctx.geometry;
+  save_operands(ctx, x, w, bias);
+  Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  Shape out_shape{g.batch, g.c_out};
+  for (int d = 0; d < g.nd; ++d) out_shape.push_back(g.out[d]);
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  dispatch_float("conv", x, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::conv_forward<T>(g, ctx.x.data<T>(), ctx.w.data<T>(), data_or_null<T>(b),
+                                  y.data<T>());
+  });
+  return y;
+}
+
+// Undefined where the input wants no grad, so the kernel skips that output.
+struct ConvGrads {
+  Tensor x, w, bias;
+};
+
+ConvGrads allocate_grads(const ConvCtx& ctx) {
+  const Tensor& w = ctx.w;
+  return {ctx.grad_x ? empty_like(ctx.x) : Tensor(), ctx.grad_w ? empty_like(w) : Tensor(),
+          ctx.grad_bias ? Tensor::empty({ctx.geometry.c_out}, w.dtype(), w.device()) : Tensor()};
+}
+
+std::vector<Tensor> conv_backward(ConvCtx& ctx, const std::vector<Tensor>& grad_outputs) {
+  Tensor gy = grad_outputs[0].contiguous();
+  ConvGrads grads = allocate_grads(ctx);
+  dispatch_float("conv", gy, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::conv_backward<T>(ctx.geometry, ctx.x.data<T>(), ctx.w.data<T>(), gy.data<T>(),
+                                   data_or_null<T>(grads.x),
+                                   data_or_null<T>(grads.w),
+                                   data_or_null<T>(grads.bias));
+  });
+  return {grads.x, grads.w, grads.bias};
+}
+
+// ---- transposed convolution with kernel == stride ------------------------------------------------------------------
+
+void plan_conv_transpose(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const char* op = "conv_transpose";
+  check_operands(op, x, w, bias);
+  const int nd = spatial_dims(op, x);
+  SHARDRT_CHECK(w.dim() == x.dim(), ShapeError, op, ": weight ", w.str(), " must be (Cin, Cout, *kernel) for input ",
+                x.str());
+  SHARDRT_CHECK(w.size(0) == x.size(1), ShapeError, op, ": input ", x.str(), " has ", x.size(1),
+                " channels but weight ", w.str(), " expects ", w.size(0));
+  SHARDRT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(1)), ShapeError, op, ": bias ",
+                bias.str(), " must be (Cout) for weight ", w.str());
+  const std::vector<int64_t> kernel = kernel_extents(op, w, nd);
+  const std::vector<int64_t> padding(nd, 0), dilation(nd, 1);
+  std::vector<int64_t> in(nd);
+  for (int d = 0; d < nd; ++d) in[d] = x.size(2 + d);
+  // stride = kernel: every input voxel owns one kernel-sized output block.
+  const ConvGeometry g = kernels::cpu::make_conv_geometry(nd, x.size(0), x.size(1), w.size(1), in.data(),
+                                                          kernel.data(), kernel.data(), padding.data(),
+                                                          dilation.data());
+  const int64_t in_vol = g.in[0] * g.in[1] * g.in[2];
+  check_blas_extents(op, x, {in_vol, g.c_in, g.c_out * g.kernel[0] * g.kernel[1] * g.kernel[2]});
+  ctx.geometry = g;
+}
+
+Tensor conv_transpose_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  plan_conv_transpose(ctx, x, w, bias);
+  if (x.device().is_cuda()) not_on_cuda("conv_transpose");
+  const ConvGeometry& g = ctx.geometry;
+  save_operands(ctx, x, w, bias);
+  Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  Shape out_shape{g.batch, g.c_out};
+  for (int d = 0; d < g.nd; ++d) out_shape.push_back(g.in[d] * g.kernel[d]);
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  dispatch_float("conv_transpose", x, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::conv_transpose_patch_forward<T>(g, ctx.x.data<T>(), ctx.w.data<T>(),
+                                                  data_or_null<T>(b), y.data<T>());
+  });
+  return y;
+}
+
+std::vector<Tensor> conv_transpose_backward(ConvCtx& ctx, const std::vector<Tensor>& grad_outputs) {
+  Tensor gy = grad_outputs[0].contiguous();
+  ConvGrads grads = allocate_grads(ctx);
+  dispatch_float("conv_transpose", gy, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::conv_transpose_patch_backward<T>(ctx.geometry, ctx.x.data<T>(), ctx.w.data<T>(), gy.data<T>(),
+                                                   data_or_null<T>(grads.x),
+                                                   data_or_null<T>(grads.w),
+                                                   data_or_null<T>(grads.bias));
+  });
+  return {grads.x, grads.w, grads.bias};
+}
+
+// The fixed-rank wrappers check the rank so that a conv2d on a 5-d tensor is an error, not a 3-d convolution.
+Tensor conv_of_rank(const char* op, int nd, const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride,
+                    int64_t padding, int64_t dilation) {
+  check_defined(op, x, "input");
+  SHARDRT_CHECK(x.dim() == nd + 2, ShapeError, op, ": expected (B, C", nd == 1 ? ", L" : nd == 2 ? ", H, W" : ", D, H, W",
+                ") input, got ", x.str());
+  return conv(x, w, bias, {stride}, {padding}, {dilation});
+}
+
+}  // namespace
+
+Tensor conv(const Tensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride,
+            const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation) {
+  ConvCtx ctx;
+  Tensor y = conv_forward(ctx, x, w, bias, stride, padding, dilation);
+  return record("conv", {x, w, bias}, y, std::move(ctx), conv_backward);
+}
+
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t padding,
+              int64_t dilation) {
+  return conv_of_rank("conv1d", 1, x, w, bias, stride, padding, dilation);
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t padding,
+              int64_t dilation) {
+  return conv_of_rank("conv2d", 2, x, w, bias, stride, padding, dilation);
+}
+
+Tensor conv3d(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t padding,
+              int64_t dilation) {
+  return conv_of_rank("conv3d", 3, x, w, bias, stride, padding, dilation);
+}
+
+Tensor conv_transpose(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  ConvCtx ctx;
+  Tensor y = conv_transpose_forward(ctx, x, w, bias);
+  return record("conv_transpose", {x, w, bias}, y, std::move(ctx), conv_transpose_backward);
+}
+
+}  // namespace shardrt

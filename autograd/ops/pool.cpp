@@ -1,0 +1,129 @@
+// Average and max pooling over 1-3 spatial dims with PyTorch's semantics (ceil_mode = false, padding counted
+// in the average, padding at most half the kernel). max_pool keeps the forward's argmax so that the backward
+// routes each grad to its window's winner without looking at x again.
+#include "autograd/function.h"
+#include "autograd/ops.h"
+#include "autograd/ops/common.h"
+#include "kernels/cpu/pool.h"
+
+namespace shardrt {
+
+using namespace ops_detail;
+
+namespace {
+
+using kernels::cpu::ConvGeometry;
+
+// The pooling window over x (B, C, *spatial) as a ConvGeometry; an empty stride means stride = kernel.
+ConvGeometry plan_pool(const char* op, const Tensor& x, const std::vector<int64_t>& kernel_in,
+                       const std::vector<int64_t>& stride_in, const std::vector<int64_t>& padding_in) {
+  check_float(op, x, "input");
+  const int nd = spatial_dims(op, x);
+  const std::vector<int64_t> kernel = per_spatial_dim(op, "kernel", kernel_in, nd, 1);
+  const std::vector<int64_t> stride = stride_in.empty() ? kernel : per_spatial_dim(op, "stride", stride_in, nd, 1);
+  const std::vector<int64_t> padding = per_spatial_dim(op, "padding", padding_in, nd, 0);
+  const std::vector<int64_t> dilation(nd, 1);
+  for (int d = 0; d < nd; ++d)
+    SHARDRT_CHECK(2 * padding[d] <= kernel[d], ValueError, op, ": padding ", shape_str(padding),
+                  " must be at most half the kernel ", shape_str(kernel),
+                  " (input ", x.str(), ")");
+  std::vector<int64_t> in(nd);
+  for (int d = 0; d < nd; ++d) in[d] = x.size(2 + d);
+  const ConvGeometry g = kernels::cpu::make_conv_geometry(nd, x.size(0), x.size(1), x.size(1), in.data(),
+                                                          kernel.data(), stride.data(), padding.data(),
+                                                          dilation.data());
+  for (int d = 0; d < nd; ++d)
+    SHARDRT_CHECK(g.out[d] >= 1, ShapeError, op, ": kernel ", shape_str(kernel), " does not fit input ", x.str(),
+                  " padded by ", shape_str(padding), " in spatial dim ", d);
+  if (x.device().is_cuda()) not_on_cuda(op);
+  return g;
+}
+
+Shape pooled_shape(const ConvGeometry& g) {
+  Shape shape{g.batch, g.c_in};
+  for (int d = 0; d < g.nd; ++d) shape.push_back(g.out[d]);
+  return shape;
+}
+
+// ---- avg_pool -------------------------------------------------------------------------------------------------------
+
+struct AvgPoolCtx {
+  ConvGeometry geometry{};
+  Shape in_shape;
+};
+
+Tensor avg_pool_forward(AvgPoolCtx& ctx, const Tensor& x, const std::vector<int64_t>& kernel,
+                        const std::vector<int64_t>& stride, const std::vector<int64_t>& padding) {
+  ctx.geometry = plan_pool("avg_pool", x, kernel, stride, padding);
+  ctx.in_shape = x.shape();
+  Tensor xc = x.contiguous();
+  Tensor y = Tensor::empty(pooled_shape(ctx.geometry), x.dtype(), x.device());
+  dispatch_float("avg_pool", x, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::avg_pool_forward<T>(ctx.geometry, xc.data<T>(), y.data<T>());
+  });
+  return y;
+}
+
+// Every window spreads its grad evenly over its kernel volume; the shares of padded taps are dropped.
+std::vector<Tensor> avg_pool_backward(AvgPoolCtx& ctx, const std::vector<Tensor>& grad_outputs) {
+  Tensor gy = grad_outputs[0].contiguous();
+  Tensor gx = Tensor::empty(ctx.in_shape, gy.dtype(), gy.device());
+  dispatch_float("avg_pool", gy, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::avg_pool_backward<T>(ctx.geometry, gy.data<T>(), gx.data<T>());
+  });
+  return {gx};
+}
+
+// ---- max_pool -------------------------------------------------------------------------------------------------------
+
+struct MaxPoolCtx {
+  ConvGeometry geometry{};
+  Shape in_shape;
+  Tensor argmax;  // i64 (B, C, *out): each window's winner within its input plane
+};
+
+Tensor max_pool_forward(MaxPoolCtx& ctx, const Tensor& x, const std::vector<int64_t>& kernel,
+                        const std::vector<int64_t>& stride, const std::vector<int64_t>& padding) {
+  ctx.geometry = plan_pool("max_pool", x, kernel, stride, padding);
+  ctx.in_shape = x.shape();
+  const Shape out_shape = pooled_shape(ctx.geometry);
+  Tensor xc = x.contiguous();
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  ctx.argmax = Tensor::empty(out_shape, DType::i64, x.device());
+  dispatch_float("max_pool", x, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::max_pool_forward<T>(ctx.geometry, xc.data<T>(), y.data<T>(), ctx.argmax.data<int64_t>());
+  });
+  return y;
+}
+
+// Each window's grad goes to its winner.
+std::vector<Tensor> max_pool_backward(MaxPoolCtx& ctx, const std::vector<Tensor>& grad_outputs) {
+  Tensor gy = grad_outputs[0].contiguous();
+  Tensor gx = Tensor::empty(ctx.in_shape, gy.dtype(), gy.device());
+  dispatch_float("max_pool", gy, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::max_pool_backward<T>(ctx.geometry, gy.data<T>(), ctx.argmax.data<int64_t>(), gx.data<T>());
+  });
+  return {gx};
+}
+
+}  // namespace
+
+Tensor avg_pool(const Tensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                const std::vector<int64_t>& padding) {
+  AvgPoolCtx ctx;
+  Tensor y = avg_pool_forward(ctx, x, kernel, stride, padding);
+  return record("avg_pool", {x}, y, std::move(ctx), avg_pool_backward);
+}
+
+Tensor max_pool(const Tensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                const std::vector<int64_t>& padding) {
+  MaxPoolCtx ctx;
+  Tensor y = max_pool_forward(ctx, x, kernel, stride, padding);
+  return record("max_pool", {x}, y, std::move(ctx), max_pool_backward);
+}
+
+}  // namespace shardrt

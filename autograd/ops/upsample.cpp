@@ -1,0 +1,84 @@
+// Resampling of the 1-3 spatial dims of (B, C, *spatial) to a given size: nearest, and linear / bilinear /
+// trilinear with PyTorch's align_corners conventions. Both are linear in x with fixed weights, so the backward
+// needs only the geometry: it spreads each output grad over the inputs it was interpolated from.
+#include "autograd/function.h"
+#include "autograd/ops.h"
+#include "autograd/ops/common.h"
+#include "kernels/cpu/upsample.h"
+
+namespace shardrt {
+
+using namespace ops_detail;
+
+namespace {
+
+using kernels::cpu::UpsampleMode;
+
+struct UpsampleCtx {
+  const char* name = "";
+  UpsampleMode mode = UpsampleMode::nearest;
+  bool align_corners = false;
+  int nd = 0;
+  int64_t planes = 0;  // B·C
+  std::vector<int64_t> in, out;
+  Shape in_shape;
+};
+
+Tensor upsample_forward(UpsampleCtx& ctx, const char* op, UpsampleMode mode, bool align_corners, const Tensor& x,
+                        const std::vector<int64_t>& out_size) {
+  check_float(op, x, "input");
+  const int nd = spatial_dims(op, x);
+  ctx.out = per_spatial_dim(op, "output size", out_size, nd, 1);
+  for (int d = 0; d < nd; ++d) {
+    ctx.in.push_back(x.size(2 + d));
+    SHARDRT_CHECK(ctx.in[d] >= 1, ShapeError, op, ": spatial dims of ", x.str(), " must be non-empty");
+  }
+  if (x.device().is_cuda()) not_on_cuda(op);
+  ctx.name = op;
+  ctx.mode = mode;
+  ctx.align_corners = align_corners;
+  ctx.nd = nd;
+  ctx.planes = x.size(0) * x.size(1);
+  ctx.in_shape = x.shape();
+
+  Shape out_shape{x.size(0), x.size(1)};
+  out_shape.insert(out_shape.end(), ctx.out.begin(), ctx.out.end());
+  Tensor xc = x.contiguous();
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  dispatch_float(op, x, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::upsample_forward<T>(mode, align_corners, nd, ctx.planes, ctx.in.data(), ctx.out.data(),
+                                      xc.data<T>(), y.data<T>());
+  });
+  return y;
+}
+
+std::vector<Tensor> upsample_backward(UpsampleCtx& ctx, const std::vector<Tensor>& grad_outputs) {
+  Tensor gy = grad_outputs[0].contiguous();
+  Tensor gx = Tensor::empty(ctx.in_shape, gy.dtype(), gy.device());
+  dispatch_float(ctx.name, gy, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::cpu::upsample_backward<T>(ctx.mode, ctx.align_corners, ctx.nd, ctx.planes, ctx.in.data(),
+                                       ctx.out.data(), gy.data<T>(), gx.data<T>());
+  });
+  return {gx};
+}
+
+Tensor upsample_op(const char* op, UpsampleMode mode, bool align_corners, const Tensor& x,
+                   const std::vector<int64_t>& out_size) {
+  UpsampleCtx ctx;
+  Tensor y = upsample_forward(ctx, op, mode, align_corners, x, out_size);
+  return record(op, {x}, y, std::move(ctx), upsample_backward);
+}
+
+}  // namespace
+
+Tensor upsample_nearest(const Tensor& x, const std::vector<int64_t>& out_size) {
+  return upsample_op("upsample_nearest", UpsampleMode::nearest, false, x, out_size);
+}
+
+Tensor upsample_linear(const Tensor& x, const std::vector<int64_t>& out_size, bool align_corners) {
+  return upsample_op("upsample_linear", UpsampleMode::linear, align_corners, x, out_size);
+}
+
+}  // namespace shardrt
