@@ -54,6 +54,18 @@ std::vector<Tensor> record(const char* name, const std::vector<Tensor>& inputs, 
   return attach_node(std::move(node), name, inputs, outputs);
 }
 
+// Records even when no input requires grad, as long as grad mode is on and `participate` is true. For ops with
+// collectives in their backward: every rank must record the same node so every rank runs the backward's
+// collectives, including a rank whose own inputs need no grad (e.g. scatter's non-source ranks). `participate`
+// must be the same on every rank (e.g. agreed with a broadcast).
+template <typename Ctx>
+std::vector<Tensor> record_collective(const char* name, const std::vector<Tensor>& inputs, std::vector<Tensor> outputs,
+                                      bool participate, Ctx&& ctx, BackwardFn<std::decay_t<Ctx>> backward) {
+  if (!grad_mode_enabled() || !participate) return outputs;
+  auto node = std::make_shared<OpNode<std::decay_t<Ctx>>>(std::forward<Ctx>(ctx), backward);
+  return attach_node(std::move(node), name, inputs, outputs);
+}
+
 // Single-output convenience.
 template <typename Ctx>
 Tensor record(const char* name, const std::vector<Tensor>& inputs, Tensor output, Ctx&& ctx,

@@ -1,0 +1,72 @@
+// ShardTensor: this rank's local Tensor plus the ShardSpec that says what it is a piece of.
+//
+// Autograd runs on the local tensors: every sharded op is a local op (see autograd/function.h) whose forward and
+// backward contain its collectives explicitly, and every rank records the same nodes in the same order, so one
+// backward() call per rank runs the collectives of the backward in lock-step.
+//
+// Grad convention (the invariant every patch keeps): the grad of a Shard tensor is this rank's slice of the
+// complete grad; the grad of a Replicate tensor is the complete grad, identical on every rank of the axis; a
+// grad is never Partial. A patch that produces a partial contribution to the grad of a Replicate input (a
+// weight meeting sharded activations, K/V meeting sharded queries) sums it over the axis itself, exactly once,
+// in >= fp32. Consequence for redistribute's adjoints: Shard->Replicate (all-gather) has the slice as adjoint,
+// Replicate->Shard (slice) has the all-gather, Partial->Replicate (all-reduce) has the identity, and
+// Partial->Shard (reduce-scatter) has the all-gather.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "patches/shard_spec.h"
+#include "runtime/tensor.h"
+
+namespace shardrt {
+
+class ShardTensor {
+ public:
+  ShardTensor() = default;
+  // Throws ShapeError when local.shape() != spec.local_shape().
+  ShardTensor(Tensor local, ShardSpec spec);
+
+  bool defined() const { return spec_.has_value(); }
+  const Tensor& local() const { return local_; }
+  const ShardSpec& spec() const { return *spec_; }
+  const Mesh& mesh() const { return spec_->mesh(); }
+  const Placements& placements() const { return spec_->placements(); }
+  const Shape& global_shape() const { return spec_->global_shape(); }
+  int dim() const { return spec_->ndim(); }
+  DType dtype() const { return local_.dtype(); }
+  Device device() const { return local_.device(); }
+  std::string str() const;  // "ShardTensor(f64 global [4, 10] local [4, 3], (R, S(1)))"
+
+ private:
+  Tensor local_;
+  std::optional<ShardSpec> spec_;
+};
+
+// ---- construction and extraction (all differentiable through the local tensors) --------------------------
+// Every rank holds `full` (identical values): each keeps its own slice; no communication. The local tensor is a
+// differentiable slice of `full` (its grad flows back into `full`'s grad on each rank).
+ShardTensor distribute(const Tensor& full, const Mesh& mesh, const Placements& placements);
+// `full` is significant on mesh rank `src` only (others may pass an undefined Tensor): its shape, dtype and
+// requires_grad are broadcast, then each rank receives only its own shard. Backward gathers the shard grads back
+// to `src` (other ranks get no grad). Partial placements are rejected.
+ShardTensor scatter(const Tensor& full, int src, const Mesh& mesh, const Placements& placements);
+// Wraps a local tensor without copying; its autograd identity is kept (grads reach `local` directly).
+// With `extents` (one vector per mesh axis, empty for non-Shard axes) no collective runs; without, one
+// all-gather of the local sizes per Shard axis. Extents that do not add up are a ShapeError on every rank.
+ShardTensor from_local(const Tensor& local, const Mesh& mesh, const Placements& placements,
+                       std::optional<std::vector<std::vector<int64_t>>> extents = std::nullopt);
+// The local tensor (its autograd identity; Partial data is returned unreduced).
+inline Tensor to_local(const ShardTensor& t) { return t.local(); }
+// The whole global tensor on every rank: redistribute to all-Replicate, then the local tensor.
+Tensor full_tensor(const ShardTensor& t);
+// One hop per mesh axis; each hop is a differentiable op with its collective and its adjoint (see above).
+// Partial targets are rejected (MissingShardPatch); identical placements return `t` itself.
+ShardTensor redistribute(const ShardTensor& t, const Placements& placements);
+
+// ---- backward from a sharded root ---------------------------------------------------------------------------
+// Seeds backward with `grad` given as the complete global grad (identical on every rank): each rank uses its
+// slice for Shard axes and all of it for Replicate/Partial axes.
+void backward_global(const ShardTensor& root, const Tensor& global_grad, bool retain_graph = false);
+
+}  // namespace shardrt
