@@ -2,12 +2,17 @@
 //
 // check_sharded runs `fn` twice on the same full inputs and parameters (identical on every rank):
 //   serially — on a mesh of one rank (MPI_COMM_SELF, same axis names), in fp64, every input Replicate;
-//   sharded  — on `mesh`, each input distributed with its placements, parameters replicated;
+//   sharded  — on `mesh`, each input distributed with its placements (and extents, when given), parameters
+//              replicated; along a Partial axis the ranks hold rank-distinct parts that sum to the input;
 // then compares the outputs (gathered), the grads of every input and of every parameter after one backward
-// with the same random grad_output (never sum()). It also asserts that sharding is active (some input's local
-// extent is smaller than its global extent, on meshes of more than one rank), that every grad is finite and
-// somewhere nonzero, and that replicated outputs are bitwise identical across ranks. It prints max abs/rel
-// error against the tolerance even on success. Every rank returns the same verdict.
+// with the same random grad_output (never sum()). It also asserts that sharding is active on meshes of more
+// than one rank (some input is split so that every rank's local extent is smaller than the global extent, or
+// is Partial over several ranks), that every grad is finite and somewhere nonzero, and that every gathered
+// output and grad (so every replicated output and every parameter grad) is bitwise identical on every rank. It
+// prints, on mesh rank 0, max abs/rel error (rel: max |error| / max |serial value|) of each quantity against
+// the tolerance even on success, and returns the same lines in `report`. Every rank returns the same verdict
+// and errors (maxima over the ranks). Its own collectives run in the ledger scope "check_sharded"; the serial
+// mesh has a ledger of its own.
 #pragma once
 #include <functional>
 #include <string>
@@ -19,11 +24,11 @@ namespace shardrt {
 
 struct ShardedCase {
   std::string name;
-  std::vector<Tensor> inputs;                 // full f64 tensors, identical on every rank
-  std::vector<Placements> placements;         // one per input
+  std::vector<Tensor> inputs;                              // full f64 tensors, identical on every rank
+  std::vector<Placements> placements;                      // one per input
   std::vector<std::vector<std::vector<int64_t>>> extents;  // optional per input (empty: split_extents)
-  std::vector<bool> input_requires_grad;      // empty: all true
-  std::vector<Tensor> params;                 // full f64 parameters, identical on every rank
+  std::vector<bool> input_requires_grad;                   // empty: all true
+  std::vector<Tensor> params;                              // full f64 parameters, identical on every rank
   double atol = 1e-10, rtol = 1e-10;
 };
 

@@ -55,6 +55,7 @@ ShardTensor log_softmax(const ShardTensor& x, int dim);
 // ---- views on unsharded dims (patches/views.cpp) -------------------------------------------------------------
 // Extents are tracked: a sharded dim keeps its per-rank extents wherever it moves.
 ShardTensor reshape(const ShardTensor& x, const Shape& global_shape);  // sharded dim must be kept intact
+ShardTensor view(const ShardTensor& x, const Shape& global_shape);     // reshape without a copy
 ShardTensor permute(const ShardTensor& x, const std::vector<int>& dims);
 ShardTensor transpose(const ShardTensor& x, int d0, int d1);
 ShardTensor unsqueeze(const ShardTensor& x, int dim);

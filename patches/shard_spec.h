@@ -18,11 +18,15 @@ namespace shardrt {
 
 class ShardSpec {
  public:
-  // `extents[m]` lists the per-coordinate extents for every Shard axis m (and is empty for other axes); they
-  // must be non-negative and sum to global_shape[d]. Throws ValueError/ShapeError naming the problem.
-  ShardSpec(Mesh mesh, Placements placements, Shape global_shape, std::vector<std::vector<int64_t>> extents);
+  // `extents[m]` lists the per-coordinate extents for every Shard axis m (and is empty for other axes; an empty
+  // outer vector means "no extents" and suits specs without Shard axes); they must be non-negative and sum to
+  // global_shape[d]. Negative Shard dims are wrapped. Throws ValueError (placements: count, dim out of range,
+  // a dim sharded twice; negative extents) or ShapeError (extents that do not fit the shape), the message
+  // starting with `op` and naming the placements, the global shape and the mesh.
+  ShardSpec(Mesh mesh, Placements placements, Shape global_shape, std::vector<std::vector<int64_t>> extents,
+            const char* op = "ShardSpec");
   // Extents from split_extents for every Shard axis.
-  static ShardSpec split_evenly(Mesh mesh, Placements placements, Shape global_shape);
+  static ShardSpec split_evenly(Mesh mesh, Placements placements, Shape global_shape, const char* op = "ShardSpec");
 
   const Mesh& mesh() const { return mesh_; }
   const Placements& placements() const { return placements_; }
@@ -45,7 +49,8 @@ class ShardSpec {
   int64_t offset(int axis) const;
 
   // The same spec with other placements/extents/global shape (validated again).
-  ShardSpec with(Placements placements, Shape global_shape, std::vector<std::vector<int64_t>> extents) const;
+  ShardSpec with(Placements placements, Shape global_shape, std::vector<std::vector<int64_t>> extents,
+                 const char* op = "ShardSpec") const;
 
   bool operator==(const ShardSpec& o) const;
   bool operator!=(const ShardSpec& o) const { return !(*this == o); }

@@ -44,16 +44,25 @@ class ShardTensor {
 };
 
 // ---- construction and extraction (all differentiable through the local tensors) --------------------------
-// Every rank holds `full` (identical values): each keeps its own slice; no communication. The local tensor is a
-// differentiable slice of `full` (its grad flows back into `full`'s grad on each rank).
-ShardTensor distribute(const Tensor& full, const Mesh& mesh, const Placements& placements);
-// `full` is significant on mesh rank `src` only (others may pass an undefined Tensor): its shape, dtype and
-// requires_grad are broadcast, then each rank receives only its own shard. Backward gathers the shard grads back
-// to `src` (other ranks get no grad). Partial placements are rejected.
+// Every rank holds `full` (identical values): each keeps its own slice (split_extents, or the `extents` given,
+// one vector per mesh axis as in ShardSpec); no communication. The local tensor is a differentiable (contiguous)
+// slice of `full`: its grad flows back into `full`'s grad on each rank, as zeros outside this rank's window.
+// Partial placements are rejected (MissingShardPatch).
+ShardTensor distribute(const Tensor& full, const Mesh& mesh, const Placements& placements,
+                       std::optional<std::vector<std::vector<int64_t>>> extents = std::nullopt);
+// `full` is significant on mesh rank `src` only (others may pass an undefined Tensor): its shape, dtype,
+// device kind and requires_grad are broadcast over the flat communicator, then `src` sends each rank only its
+// own shard (point to point; the full tensor is never broadcast). Shards land on the mesh's device when `full`
+// is on a GPU, on the CPU otherwise. Backward gathers the shard grads back to `src` (one copy of each distinct
+// shard; other ranks get no grad). Every rank records the node, so every rank must call backward. Partial
+// placements are rejected (MissingShardPatch).
 ShardTensor scatter(const Tensor& full, int src, const Mesh& mesh, const Placements& placements);
 // Wraps a local tensor without copying; its autograd identity is kept (grads reach `local` directly).
-// With `extents` (one vector per mesh axis, empty for non-Shard axes) no collective runs; without, one
-// all-gather of the local sizes per Shard axis. Extents that do not add up are a ShapeError on every rank.
+// With `extents` (one vector per mesh axis, empty for non-Shard axes) no collective runs and a local shape that
+// does not match them is a ShapeError on the ranks where it does not. Without, when some axis is Shard, one
+// all-gather of every rank's local shape over the flat communicator: every rank then validates all shapes
+// against each other (sharded dims consistent along each axis, other dims equal everywhere) and reaches the same
+// verdict, so inconsistent shapes are the same ShapeError on every rank.
 ShardTensor from_local(const Tensor& local, const Mesh& mesh, const Placements& placements,
                        std::optional<std::vector<std::vector<int64_t>>> extents = std::nullopt);
 // The local tensor (its autograd identity; Partial data is returned unreduced).
@@ -68,5 +77,8 @@ ShardTensor redistribute(const ShardTensor& t, const Placements& placements);
 // Seeds backward with `grad` given as the complete global grad (identical on every rank): each rank uses its
 // slice for Shard axes and all of it for Replicate/Partial axes.
 void backward_global(const ShardTensor& root, const Tensor& global_grad, bool retain_graph = false);
+// Several roots in one backward pass (one global grad per root), e.g. every output of a multi-output op.
+void backward_global(const std::vector<ShardTensor>& roots, const std::vector<Tensor>& global_grads,
+                     bool retain_graph = false);
 
 }  // namespace shardrt

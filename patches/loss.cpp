@@ -1,0 +1,131 @@
+// Sharded losses over sharded data: mse_loss = mean((p - t)^2), relative_l2_loss = ||p - t|| / ||t||.
+//
+// Accepted placements: pred and target on the same mesh with the same spec (placements, global shape, per-rank
+//   extents), any Shard/Replicate placements; Partial or differing specs -> MissingShardPatch.
+// Output: a 0-d scalar, Replicate on every axis (the same value on every rank).
+// Forward collectives: the loss is a function of global sums; each rank sums its shard, then one all_reduce (sum)
+//   per axis where the inputs are Shard, in axis order, under "<op>.forward":
+//     mse_loss:         sum (p - t)^2                 1 element,  itemsize * (P-1) bytes
+//     relative_l2_loss: sum (p - t)^2 and sum t^2     2 elements, 2 * itemsize * (P-1) bytes (packed, one call)
+//   mse_loss divides by the GLOBAL element count, so uneven and zero-size shards are exact.
+// Backward collectives: none. The grad of the replicated scalar is the same on every rank, and the grad of each
+//   local element needs only it, the element, and the global sums saved in forward.
+// Saved for backward per rank: p - t, O(N/P); relative_l2_loss also t, O(N/P), when t requires grad, and scalars.
+#include "autograd/function.h"
+#include "patches/dispatch.h"
+#include "patches/ops.h"
+#include "patches/patch_util.h"
+#include "runtime/factories.h"
+
+namespace shardrt {
+
+namespace {
+
+using LossPatch = Patch<ShardTensor(ShardTensor, ShardTensor)>;
+
+bool same_spec(const ShardTensor& pred, const ShardTensor& target) {
+  return !pred.spec().any_partial() && same_mesh(pred.mesh(), target.mesh()) && pred.spec() == target.spec();
+}
+
+ShardSpec replicated_scalar(const Mesh& mesh) {
+  return ShardSpec(mesh, Placements(static_cast<size_t>(mesh.ndim()), Placement::Replicate()), Shape{},
+                   patch::no_extents(mesh));
+}
+
+// ---- mse_loss ------------------------------------------------------------------------------------------------
+
+struct ShardedMseCtx {
+  Tensor diff;       // local p - t
+  double count = 0;  // global element count
+  bool pred_needs_grad = false, target_needs_grad = false;
+};
+
+Tensor sharded_mse_forward(ShardedMseCtx& ctx, const ShardTensor& pred, const ShardTensor& target) {
+  ctx.count = static_cast<double>(shape_numel(pred.global_shape()));
+  ctx.pred_needs_grad = requires_grad(pred.local());
+  ctx.target_needs_grad = requires_grad(target.local());
+  NoGradGuard no_grad;
+  ctx.diff = sub(pred.local(), target.local());
+  const Tensor total = sum(mul(ctx.diff, ctx.diff));  // this rank's share
+  patch::all_reduce_over(pred.mesh(), patch::shard_axes(pred.spec()), total, ReduceOp::sum, "mse_loss.forward");
+  return mul_scalar(total, 1.0 / ctx.count);
+}
+
+std::vector<Tensor> sharded_mse_backward(ShardedMseCtx& ctx, const std::vector<Tensor>& grad_outputs) {
+  // dL/dp = 2 (p - t) / count = -dL/dt
+  const Tensor gp = mul(ctx.diff, mul_scalar(grad_outputs[0], 2.0 / ctx.count));
+  return {ctx.pred_needs_grad ? gp : Tensor(), ctx.target_needs_grad ? neg(gp) : Tensor()};
+}
+
+ShardTensor mse_run(const ShardTensor& pred, const ShardTensor& target) {
+  ShardedMseCtx ctx;
+  const Tensor loss = sharded_mse_forward(ctx, pred, target);
+  return ShardTensor(record("mse_loss", {pred.local(), target.local()}, loss, std::move(ctx), sharded_mse_backward),
+                     replicated_scalar(pred.mesh()));
+}
+
+// ---- relative_l2_loss -------------------------------------------------------------------------------------------
+
+struct ShardedRelativeL2Ctx {
+  Tensor diff, target;            // local p - t, and local t (when its grad is needed)
+  Tensor diff_norm, target_norm;  // 0-d, global
+  Tensor loss;                    // 0-d
+  bool pred_needs_grad = false, target_needs_grad = false;
+};
+
+Tensor sharded_relative_l2_forward(ShardedRelativeL2Ctx& ctx, const ShardTensor& pred, const ShardTensor& target) {
+  ctx.pred_needs_grad = requires_grad(pred.local());
+  ctx.target_needs_grad = requires_grad(target.local());
+  NoGradGuard no_grad;
+  ctx.diff = sub(pred.local(), target.local());
+  // Both global sums of squares in one buffer, so one all-reduce per axis carries them.
+  const Tensor sums =
+      cat({reshape(sum(mul(ctx.diff, ctx.diff)), {1}), reshape(sum(mul(target.local(), target.local())), {1})}, 0);
+  patch::all_reduce_over(pred.mesh(), patch::shard_axes(pred.spec()), sums, ReduceOp::sum, "relative_l2_loss.forward");
+  const Tensor norms = sqrt(sums);
+  ctx.diff_norm = select(norms, 0, 0);
+  ctx.target_norm = select(norms, 0, 1);
+  ctx.loss = div(ctx.diff_norm, ctx.target_norm);
+  if (ctx.target_needs_grad) ctx.target = target.local().detach();
+  return ctx.loss;
+}
+
+std::vector<Tensor> sharded_relative_l2_backward(ShardedRelativeL2Ctx& ctx, const std::vector<Tensor>& grad_outputs) {
+  // With d = ||p - t|| and r = ||t|| (global norms):
+  //   dL/dp = (p - t) / (d r)
+  //   dL/dt = -dL/dp - (L / r^2) t
+  // At d == 0 the norm has no derivative; the grad through it is taken as 0, as in the serial op.
+  const Tensor& g = grad_outputs[0];
+  const Tensor zero = zeros({}, {g.dtype(), g.device()});
+  const Tensor diff_scale = where(ne(ctx.diff_norm, zero), div(g, mul(ctx.diff_norm, ctx.target_norm)), zero);
+  const Tensor gp = mul(ctx.diff, diff_scale);
+  std::vector<Tensor> grads(2);
+  if (ctx.pred_needs_grad) grads[0] = gp;
+  if (ctx.target_needs_grad) {
+    const Tensor target_scale = div(mul(g, ctx.loss), mul(ctx.target_norm, ctx.target_norm));
+    grads[1] = neg(add(gp, mul(ctx.target, target_scale)));
+  }
+  return grads;
+}
+
+ShardTensor relative_l2_run(const ShardTensor& pred, const ShardTensor& target) {
+  ShardedRelativeL2Ctx ctx;
+  const Tensor loss = sharded_relative_l2_forward(ctx, pred, target);
+  return ShardTensor(
+      record("relative_l2_loss", {pred.local(), target.local()}, loss, std::move(ctx), sharded_relative_l2_backward),
+      replicated_scalar(pred.mesh()));
+}
+
+}  // namespace
+
+ShardTensor mse_loss(const ShardTensor& pred, const ShardTensor& target) {
+  static const std::vector<LossPatch> table = {{"mse_loss/same-spec", same_spec, mse_run}};
+  return dispatch_patch("mse_loss", table, {&pred, &target}, pred, target);
+}
+
+ShardTensor relative_l2_loss(const ShardTensor& pred, const ShardTensor& target) {
+  static const std::vector<LossPatch> table = {{"relative_l2_loss/same-spec", same_spec, relative_l2_run}};
+  return dispatch_patch("relative_l2_loss", table, {&pred, &target}, pred, target);
+}
+
+}  // namespace shardrt

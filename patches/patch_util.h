@@ -1,0 +1,53 @@
+// Internal helpers shared by the sharded op files (elementwise, linear, layernorm, reduce, softmax, views, loss):
+// which axes shard a tensor, collectives over a set of mesh axes under the op's ledger label, and the recorded
+// op that reduces a replicated operand's partial grad.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "mesh/communicator.h"
+#include "patches/shard_tensor.h"
+
+namespace shardrt::patch {
+
+// The communicator of mesh axis `axis` (an index into mesh.axis_names()).
+Communicator& axis_comm(const Mesh& mesh, int axis);
+
+// Mesh axes (ascending) whose placement is Shard; the axes a replicated operand's grad is partial over.
+std::vector<int> shard_axes(const ShardSpec& spec);
+
+// Mesh axes (ascending) whose Shard dim is one of `dims` (wrapped dims of spec's tensor).
+std::vector<int> axes_sharding(const ShardSpec& spec, const std::vector<int>& dims);
+
+// `dims` wrapped into [0, ndim) and sorted, duplicates rejected; empty means every dim (the convention of the local
+// reductions). ShapeError naming `op` otherwise.
+std::vector<int> wrap_dims(const char* op, const std::vector<int>& dims, int ndim);
+
+// A ShardTensor for a plain Tensor operand: Replicate on every axis of `mesh`, the tensor itself as local (so
+// its grads reach it directly).
+ShardTensor replicated(const Tensor& t, const Mesh& mesh);
+
+// In place: buf = reduction of buf over each axis in `axes`, in order, every call counted in the ledger under
+// `label` (e.g. "linear.backward"). The scope is opened per call, on the axis' own ledger, so a label is never
+// nested in itself when several axes share one ledger.
+void all_reduce_over(const Mesh& mesh, const std::vector<int>& axes, const Tensor& buf, ReduceOp op,
+                     const std::string& label);
+
+// Identity on `operands` (replicated tensors: parameters, or a replicated operand of an elementwise op). Its
+// backward sums their grads — partial contributions computed from this rank's shard — over `axes`, exactly once:
+// all grads packed into ONE flat buffer of at least f32 (16-bit grads are promoted, then cast back), one
+// all_reduce per axis under "<op>.backward". Operands that need no grad pass through untouched (nothing is
+// reduced for them), and with no operand needing grad, or no axis, nothing is recorded. Whether an operand
+// requires grad must be the same on every rank (true of replicated parameters), because every rank must record
+// the node to run the backward's collectives.
+std::vector<Tensor> reduce_grads_over(const char* op, const Mesh& mesh, const std::vector<int>& axes,
+                                      const std::vector<Tensor>& operands);
+
+// Max (op = max) or min (op = min) of x over `dims`, keeping them with size 1; where this rank's part of the
+// reduced dims is empty, -inf (max) or +inf (min), the identity of the all-reduce that follows. Not recorded.
+Tensor local_extremum_keepdim(const Tensor& x, const std::vector<int>& dims, ReduceOp op);
+
+// Per-axis extents of a spec in which no axis shards anything yet (to be filled for Shard axes).
+std::vector<std::vector<int64_t>> no_extents(const Mesh& mesh);
+
+}  // namespace shardrt::patch

@@ -1,0 +1,240 @@
+// Sharded views and shape ops: reshape, view, permute, transpose, unsqueeze, squeeze, select, cat.
+//
+// Accepted placements: any Shard/Replicate placements, as long as every sharded dim survives whole:
+//   reshape/view: each sharded dim d must reappear as one dim of the new shape with the same extent and the same
+//     products of leading and of trailing extents — then row-major order maps it onto that dim, and the local
+//     reshape of every shard is a slice of the global reshape. Merging or splitting a sharded dim is rejected.
+//   squeeze/select: the dim removed must not be sharded. cat: along an unsharded dim; every input on the same
+//     mesh with the same placements and the same extents.
+//   permute/transpose/unsqueeze: always.
+//   Anything else, and any Partial input -> MissingShardPatch.
+// Output: the same placements with sharded dims renumbered to where they moved; a sharded dim keeps its per-rank
+//   extents; global shape = the op applied to the global shape. All computed locally.
+// Forward and backward collectives: none.
+// Saved for backward per rank: shapes only (the local view ops' own contexts).
+#include <numeric>
+
+#include "patches/dispatch.h"
+#include "patches/ops.h"
+#include "patches/patch_util.h"
+
+namespace shardrt {
+
+namespace {
+
+using LocalReshape = Tensor (*)(const Tensor&, const Shape&);
+using ReshapePatch = Patch<ShardTensor(ShardTensor, Shape)>;
+using DimPatch = Patch<ShardTensor(ShardTensor, int)>;
+
+bool no_partial(const ShardTensor& x) { return !x.spec().any_partial(); }
+
+int64_t product(const Shape& s, size_t begin, size_t end) {
+  return std::accumulate(s.begin() + static_cast<std::ptrdiff_t>(begin), s.begin() + static_cast<std::ptrdiff_t>(end),
+                         int64_t{1}, std::multiplies<>());
+}
+
+// `shape` with a -1 entry resolved against `numel`; ShapeError naming `op` when it cannot hold numel elements.
+Shape resolve_shape(const char* op, Shape shape, int64_t numel) {
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] != -1) {
+      known *= shape[k];
+      continue;
+    }
+    SHARDRT_CHECK(infer < 0, ShapeError, op, ": more than one -1 in ", shape_str(shape));
+    infer = static_cast<int>(k);
+  }
+  if (infer >= 0 && known != 0) shape[static_cast<size_t>(infer)] = numel / known;
+  SHARDRT_CHECK(product(shape, 0, shape.size()) == numel, ShapeError, op, ": cannot reshape ", numel, " elements into ",
+                shape_str(shape));
+  return shape;
+}
+
+// The dim of `to` onto which dim d of `from` maps whole (same extent, same leading and trailing products), or -1.
+int whole_dim_in(const Shape& from, int d, const Shape& to) {
+  const auto ud = static_cast<size_t>(d);
+  const int64_t lead = product(from, 0, ud), trail = product(from, ud + 1, from.size());
+  for (size_t k = 0; k < to.size(); ++k)
+    if (to[k] == from[ud] && product(to, 0, k) == lead && product(to, k + 1, to.size()) == trail)
+      return static_cast<int>(k);
+  return -1;
+}
+
+// Where each dim goes (old dim -> new dim; -1 for a dim that does not survive whole, which only an unsharded
+// dim may do).
+using DimMap = std::vector<int>;
+
+// x's spec with its sharded dims moved by `moved` and a new global shape; extents travel with their dims.
+ShardSpec renumbered(const char* op, const ShardSpec& s, const DimMap& moved, const Shape& global) {
+  Placements placements = s.placements();
+  for (Placement& p : placements)
+    if (p.is_shard()) p = Placement::Shard(moved[static_cast<size_t>(p.dim)]);
+  return s.with(placements, global, s.all_extents(), op);
+}
+
+// ---- reshape, view -------------------------------------------------------------------------------------------
+
+ReshapePatch reshape_patch(const char* op, LocalReshape local_op) {
+  auto target = [op](const ShardTensor& x, const Shape& shape) {
+    return resolve_shape(op, shape, shape_numel(x.global_shape()));
+  };
+  auto accepts = [target](const ShardTensor& x, const Shape& shape) {
+    if (!no_partial(x)) return false;
+    const Shape to = target(x, shape);
+    for (int m : patch::shard_axes(x.spec()))
+      if (whole_dim_in(x.global_shape(), x.spec().placement(m).dim, to) < 0) return false;
+    return true;
+  };
+  auto run = [op, target, local_op](const ShardTensor& x, const Shape& shape) {
+    const Shape to = target(x, shape);
+    DimMap moved(static_cast<size_t>(x.dim()));
+    for (int d = 0; d < x.dim(); ++d) moved[static_cast<size_t>(d)] = whole_dim_in(x.global_shape(), d, to);
+    const ShardSpec spec = renumbered(op, x.spec(), moved, to);
+    return ShardTensor(local_op(x.local(), spec.local_shape()), spec);
+  };
+  return {"reshape/sharded-dims-kept-whole", accepts, run};
+}
+
+Tensor local_reshape(const Tensor& x, const Shape& s) { return reshape(x, s); }
+Tensor local_view(const Tensor& x, const Shape& s) { return view(x, s); }
+
+// ---- permute, transpose, unsqueeze -------------------------------------------------------------------------
+
+bool any_placements(const ShardTensor& x, int) { return no_partial(x); }
+
+ShardTensor permute_run(const ShardTensor& x, const std::vector<int>& dims) {
+  const Tensor y = permute(x.local(), dims);  // validates dims as a permutation
+  DimMap moved(dims.size());
+  Shape global(dims.size());
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const auto from = static_cast<size_t>(wrap_dim(dims[k], x.dim(), "permute"));
+    moved[from] = static_cast<int>(k);
+    global[k] = x.global_shape()[from];
+  }
+  return ShardTensor(y, renumbered("permute", x.spec(), moved, global));
+}
+
+ShardTensor transpose_run(const ShardTensor& x, int d0, int d1) {
+  const Tensor y = transpose(x.local(), d0, d1);  // validates the dims
+  const int a = wrap_dim(d0, x.dim(), "transpose"), b = wrap_dim(d1, x.dim(), "transpose");
+  Shape global = x.global_shape();
+  std::swap(global[static_cast<size_t>(a)], global[static_cast<size_t>(b)]);
+  DimMap moved(static_cast<size_t>(x.dim()));
+  std::iota(moved.begin(), moved.end(), 0);
+  std::swap(moved[static_cast<size_t>(a)], moved[static_cast<size_t>(b)]);
+  return ShardTensor(y, renumbered("transpose", x.spec(), moved, global));
+}
+
+ShardTensor unsqueeze_run(const ShardTensor& x, int dim) {
+  const Tensor y = unsqueeze(x.local(), dim);  // validates dim
+  const int at = wrap_dim(dim, x.dim() + 1, "unsqueeze");
+  Shape global = x.global_shape();
+  global.insert(global.begin() + at, 1);
+  DimMap moved(static_cast<size_t>(x.dim()));
+  for (int d = 0; d < x.dim(); ++d) moved[static_cast<size_t>(d)] = d >= at ? d + 1 : d;
+  return ShardTensor(y, renumbered("unsqueeze", x.spec(), moved, global));
+}
+
+// ---- dims removed: squeeze, select ----------------------------------------------------------------------------
+
+// Squeeze and select remove dim `dim`, which must not be sharded.
+bool removes_unsharded_dim(const char* op, const ShardTensor& x, int dim) {
+  return no_partial(x) && x.spec().axis_sharding(wrap_dim(dim, x.dim(), op)) < 0;
+}
+bool squeeze_accepts(const ShardTensor& x, int dim) { return removes_unsharded_dim("squeeze", x, dim); }
+bool select_accepts(const ShardTensor& x, int dim, int64_t) { return removes_unsharded_dim("select", x, dim); }
+
+// x's spec without dim `removed` (an unsharded one).
+ShardSpec without_dim(const char* op, const ShardSpec& s, int removed) {
+  Shape global = s.global_shape();
+  global.erase(global.begin() + removed);
+  DimMap moved(static_cast<size_t>(s.ndim()));
+  for (int d = 0; d < s.ndim(); ++d) moved[static_cast<size_t>(d)] = d > removed ? d - 1 : d;
+  return renumbered(op, s, moved, global);
+}
+
+ShardTensor squeeze_run(const ShardTensor& x, int dim) {
+  const Tensor y = squeeze(x.local(), dim);  // the dim is unsharded: its local size is the global one
+  return ShardTensor(y, without_dim("squeeze", x.spec(), wrap_dim(dim, x.dim(), "squeeze")));
+}
+
+ShardTensor select_run(const ShardTensor& x, int dim, int64_t index) {
+  const Tensor y = select(x.local(), dim, index);  // the dim is unsharded: the index is global and local
+  return ShardTensor(y, without_dim("select", x.spec(), wrap_dim(dim, x.dim(), "select")));
+}
+
+// ---- cat ----------------------------------------------------------------------------------------------------
+
+bool cat_accepts(const std::vector<ShardTensor>& xs, int dim) {
+  const ShardSpec& s = xs.front().spec();
+  if (s.any_partial() || s.axis_sharding(wrap_dim(dim, s.ndim(), "cat")) >= 0) return false;
+  for (const ShardTensor& x : xs)
+    if (!same_mesh(x.mesh(), s.mesh()) || x.placements() != s.placements() || x.spec().all_extents() != s.all_extents())
+      return false;
+  return true;
+}
+
+ShardTensor cat_run(const std::vector<ShardTensor>& xs, int dim) {
+  std::vector<Tensor> locals;
+  for (const ShardTensor& x : xs) locals.push_back(x.local());
+  const Tensor y = cat(locals, dim);  // validates the shapes: unsharded dims are whole, sharded ones match
+  const ShardSpec& s = xs.front().spec();
+  const int d = wrap_dim(dim, s.ndim(), "cat");
+  Shape global = s.global_shape();
+  global[static_cast<size_t>(d)] = y.size(d);
+  return ShardTensor(y, s.with(s.placements(), global, s.all_extents(), "cat"));
+}
+
+}  // namespace
+
+ShardTensor reshape(const ShardTensor& x, const Shape& global_shape) {
+  static const std::vector<ReshapePatch> table = {reshape_patch("reshape", local_reshape)};
+  return dispatch_patch("reshape", table, {&x}, x, global_shape);
+}
+
+ShardTensor view(const ShardTensor& x, const Shape& global_shape) {
+  static const std::vector<ReshapePatch> table = {reshape_patch("view", local_view)};
+  return dispatch_patch("view", table, {&x}, x, global_shape);
+}
+
+ShardTensor permute(const ShardTensor& x, const std::vector<int>& dims) {
+  using PermutePatch = Patch<ShardTensor(ShardTensor, std::vector<int>)>;
+  static const std::vector<PermutePatch> table = {
+      {"permute/any", [](const ShardTensor& t, const std::vector<int>&) { return no_partial(t); }, permute_run}};
+  return dispatch_patch("permute", table, {&x}, x, dims);
+}
+
+ShardTensor transpose(const ShardTensor& x, int d0, int d1) {
+  using TransposePatch = Patch<ShardTensor(ShardTensor, int, int)>;
+  static const std::vector<TransposePatch> table = {
+      {"transpose/any", [](const ShardTensor& t, int, int) { return no_partial(t); }, transpose_run}};
+  return dispatch_patch("transpose", table, {&x}, x, d0, d1);
+}
+
+ShardTensor unsqueeze(const ShardTensor& x, int dim) {
+  static const std::vector<DimPatch> table = {{"unsqueeze/any", any_placements, unsqueeze_run}};
+  return dispatch_patch("unsqueeze", table, {&x}, x, dim);
+}
+
+ShardTensor squeeze(const ShardTensor& x, int dim) {
+  static const std::vector<DimPatch> table = {{"squeeze/unsharded-dim", squeeze_accepts, squeeze_run}};
+  return dispatch_patch("squeeze", table, {&x}, x, dim);
+}
+
+ShardTensor select(const ShardTensor& x, int dim, int64_t index) {
+  using SelectPatch = Patch<ShardTensor(ShardTensor, int, int64_t)>;
+  static const std::vector<SelectPatch> table = {{"select/unsharded-dim", select_accepts, select_run}};
+  return dispatch_patch("select", table, {&x}, x, dim, index);
+}
+
+ShardTensor cat(const std::vector<ShardTensor>& xs, int dim) {
+  using CatPatch = Patch<ShardTensor(std::vector<ShardTensor>, int)>;
+  SHARDRT_CHECK(!xs.empty(), ShapeError, "cat: no tensors given");
+  static const std::vector<CatPatch> table = {{"cat/unsharded-dim", cat_accepts, cat_run}};
+  std::vector<const ShardTensor*> described;
+  for (const ShardTensor& x : xs) described.push_back(&x);
+  return dispatch_patch("cat", table, described, xs, dim);
+}
+
+}  // namespace shardrt
