@@ -1,7 +1,7 @@
 // shardrt-demo: trains a small point-cloud model on a ddp x domain mesh and, step by step, next to the same
 // model trained serially, so the agreement is visible.
 //
-// Model (one sample = N points with C_in features): per-point MLP (linear, gelu, layer norm, linear), global mean
+// Model (one sample = (1, N, C_in): N points with C_in features): per-point MLP (linear, gelu, layer norm, linear), global mean
 // pool over the points, then a linear head; MSE against a per-sample target. The points of a sample are sharded
 // over the domain axis (uneven: 37 points), samples over the ddp axis (one per domain group). Training is plain
 // SGD: the patches sum each parameter's grad over the domain axis; the step averages it over the ddp axis.
@@ -17,6 +17,7 @@
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "mesh/mesh.h"
+#include "patches/domain_batch.h"
 #include "patches/ops.h"
 #include "patches/shard_tensor.h"
 #include "runtime/factories.h"
@@ -54,14 +55,15 @@ Params clone_params(const Params& src) {
   return out;
 }
 
-// One sample's loss. `points` is (N, C_in), sharded or not over the mesh's domain axis; the same code runs
-// for both — the placements decide.
+// One sample's loss. `points` is (1, N, C_in), sharded or not over the mesh's domain axis along the points; the
+// same code runs for both — the placements decide.
 ShardTensor sample_loss(const ShardTensor& points, const ShardTensor& target, const Params& p) {
+  check_one_sample_per_domain_group("demo model", points);
   const auto& w = p.all;
   ShardTensor h = gelu(linear(points, w[0], w[1]));
   h = layer_norm(h, {kHidden}, w[2], w[3]);
   h = linear(h, w[4], w[5]);
-  ShardTensor pooled = redistribute(mean(h, {0}, /*keepdim=*/true), {Placement::Replicate()});  // (1, H)
+  ShardTensor pooled = redistribute(mean(h, {1}, /*keepdim=*/true), {Placement::Replicate()});  // (1, 1, H)
   ShardTensor pred = linear(pooled, w[6], w[7]);
   return mse_loss(pred, target);
 }
@@ -97,16 +99,16 @@ int main(int argc, char** argv) {
     Generator data_gen(7);
     std::vector<Tensor> xs, ys;
     for (int s = 0; s < ddp; ++s) {
-      xs.push_back(randn({kPoints, kIn}, {DType::f64}, &data_gen));
-      ys.push_back(randn({1, kOut}, {DType::f64}, &data_gen));
+      xs.push_back(randn({1, kPoints, kIn}, {DType::f64}, &data_gen));
+      ys.push_back(randn({1, 1, kOut}, {DType::f64}, &data_gen));
     }
     Params sharded = init_params(11), serial = clone_params(sharded);
     const int my_sample = mesh.coord("ddp");
-    ShardTensor x_local = distribute(xs[my_sample], domain_mesh, {Placement::Shard(0)});
+    ShardTensor x_local = distribute(xs[my_sample], domain_mesh, {Placement::Shard(1)});
     ShardTensor y_local = distribute(ys[my_sample], domain_mesh, {Placement::Replicate()});
     if (rank == 0)
       std::printf("ShardRT demo: %s, %ld points per sample sharded over domain (this rank holds %ld), %d samples\n",
-                  mesh.str().c_str(), static_cast<long>(kPoints), static_cast<long>(x_local.local().size(0)), ddp);
+                  mesh.str().c_str(), static_cast<long>(kPoints), static_cast<long>(x_local.local().size(1)), ddp);
 
     double worst = 0;
     for (int step = 0; step < kSteps; ++step) {

@@ -7,6 +7,7 @@
 #include "autograd/ops.h"
 #include "core_testing.h"
 #include "patches/dispatch.h"
+#include "patches/domain_batch.h"
 #include "patches/errors.h"
 
 using namespace shardrt;
@@ -355,4 +356,21 @@ TEST_CASE("describe_placements and dispatch_patch: MissingShardPatch names the o
                   MissingShardPatch);
   CHECK_THROWS_WITH((dispatch_patch<int, const ShardTensor&, const ShardTensor&>("op", table, {&a, &b}, a, b)),
                     Catch::Contains("op: no patch for placements (S(0)) and (R)"));
+}
+
+TEST_CASE("a domain group carries one sample: a larger batch is a ShapeError on every rank", "[core][spec]") {
+  Mesh mesh = world_1d();
+  ShardTensor one = distribute(iota({1, 8, 3}), mesh, {S(1)});
+  CHECK_NOTHROW(check_one_sample_per_domain_group("model", one));
+  ShardTensor two = distribute(iota({2, 8, 3}), mesh, {S(1)});
+  bool threw = false;
+  try {
+    check_one_sample_per_domain_group("model", two);
+  } catch (const ShapeError& e) {
+    threw = std::string(e.what()).find("batch of 2") != std::string::npos;
+  }
+  CHECK(threw);
+  CHECK(same_on_every_rank(threw));
+  // Replicated data is not domain-parallel: any batch is fine.
+  CHECK_NOTHROW(check_one_sample_per_domain_group("model", distribute(iota({2, 8, 3}), mesh, {R})));
 }
