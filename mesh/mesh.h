@@ -1,0 +1,63 @@
+// Mesh: the ranks of an MPI communicator arranged as a row-major grid of named axes. ShardRT's mesh is 2-D,
+// ddp x domain, with mesh rank = ddp_index * domain + domain_index (the layout PhysicsNeMo gets from torch's
+// init_device_mesh): a domain group is `domain` consecutive ranks, a ddp group is strided by `domain`.
+//
+// Each axis has a Communicator over the ranks that differ only in that axis' coordinate, and the flattened
+// mesh has one named "mesh" (a 1-D mesh's flat communicator is its only axis). The communicator may be any
+// sub-communicator: a simulation code can hand ShardRT only some of its ranks, and only those ranks construct
+// the mesh.
+//
+// Construction is collective over `comm`. A shape that does not fit the communicator is a ValueError stating
+// both sizes, raised on every rank before any communication. Each rank is bound to
+// cuda:(node-local rank mod device count), or to the CPU when no GPU is visible.
+//
+// A Mesh is a handle: copies share the same communicators.
+#pragma once
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mesh/communicator.h"
+#include "runtime/device.h"
+
+namespace shardrt {
+
+class Mesh {
+ public:
+  // 2-D ddp x domain; ddp = -1 infers it as size / domain.
+  Mesh(MPI_Comm comm, int ddp, int domain, CommOptions opts = {});
+  // Any named axes, row-major (the last varies fastest); at most one size may be -1 (inferred).
+  Mesh(MPI_Comm comm, std::vector<std::string> axis_names, std::vector<int> shape, CommOptions opts = {});
+  static Mesh one_d(MPI_Comm comm, const std::string& axis = "domain", CommOptions opts = {});
+
+  int ndim() const;
+  const std::vector<std::string>& axis_names() const;
+  const std::vector<int>& shape() const;
+  int size() const;  // ranks in the mesh
+  int rank() const;  // this rank's index in the flattened mesh (= its rank in the communicator)
+  const std::vector<int>& coords() const;
+  int axis_index(const std::string& name) const;  // ValueError listing the axes when unknown
+  int axis_size(const std::string& name) const;
+  int coord(const std::string& name) const;
+  Communicator& axis(const std::string& name) const;
+  Communicator& flat() const;
+
+  int local_rank() const;  // among the mesh's ranks on this node
+  int local_size() const;
+  Device device() const;  // the bound device: cuda:N or cpu
+
+  // Apply to every communicator of the mesh.
+  void set_timeout(double seconds) const;
+  void set_failure_policy(FailurePolicy p) const;
+  void set_ledger(std::shared_ptr<CommLedger> l) const;
+
+  std::string str() const;  // "Mesh(ddp=2, domain=2)"
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace shardrt

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Driver of the failure probe: runs it under its own wall-clock limit and checks that the job exits non-zero
+# (and not by the launcher's timeout), that it ended within the configured deadline plus start-up slack rather
+# than hanging, and that the waiting ranks printed their CommError.
+#   failure_probe.sh <mpiexec> <probe> <ranks> <mode: throw|hang>
+set -u
+mpiexec=$1 probe=$2 ranks=$3 mode=$4
+deadline=3
+export SHARDRT_COMM_TIMEOUT=$deadline OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+       OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+start=$(date +%s%N)
+# stdin from /dev/null: mpiexec forwards stdin to rank 0, and a stdin that never closes (as under ctest) keeps it
+# from exiting after the abort. -k: a launcher that ignores SIGTERM is killed 10 s later (exit 137).
+timeout -k 10 120 "$mpiexec" -n "$ranks" --oversubscribe --bind-to none "$probe" "$mode" >"$log" 2>&1 </dev/null
+rc=$?
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+cat "$log"
+echo "failure_probe.sh: mode=$mode ranks=$ranks exit=$rc elapsed=${elapsed_ms} ms deadline=${deadline} s"
+
+fail() { echo "failure_probe.sh: FAILED: $*"; exit 1; }
+test $rc -ne 0 -a $rc -ne 124 -a $rc -ne 137 || fail "expected a non-zero exit other than the launcher timeout (124, 137), got $rc"
+grep -q "CommError" "$log" || fail "no CommError was printed"
+grep -q "all_reduce on axis 'domain'" "$log" || fail "the CommError does not name the collective and axis"
+grep -q "world ranks {" "$log" || fail "the CommError does not name the ranks"
+grep -q "timed out after $deadline s" "$log" || fail "the CommError does not state the deadline"
+grep -q "should be impossible" "$log" && fail "an all_reduce returned although a rank never joined"
+[ "$elapsed_ms" -ge $(( deadline * 1000 )) ] || fail "the job ended before the deadline: not the timeout path"
+[ "$elapsed_ms" -lt $(( (deadline + 40) * 1000 )) ] || fail "the job took ${elapsed_ms} ms, far past the ${deadline} s deadline"
+echo "failure_probe.sh: passed"

@@ -1,0 +1,179 @@
+// Every collective x dtype x even, uneven and zero-size segments, against a host reference that every rank
+// computes for itself from the same generator.
+#include <algorithm>
+
+#include "mesh/communicator.h"
+#include "mesh_testing.h"
+#include "runtime/half.h"
+
+using namespace shardrt;
+using namespace shardrt::test;
+
+namespace {
+
+const Communicator& world() {
+  static Communicator c(MPI_COMM_WORLD, "world");
+  return c;
+}
+
+double reduce_ref(ReduceOp op, const std::vector<double>& xs) {
+  double acc = xs[0];
+  for (std::size_t i = 1; i < xs.size(); ++i) {
+    if (op == ReduceOp::max) acc = std::max(acc, xs[i]);
+    else if (op == ReduceOp::min) acc = std::min(acc, xs[i]);
+    else acc += xs[i];
+  }
+  return op == ReduceOp::mean ? acc / static_cast<double>(xs.size()) : acc;
+}
+
+std::vector<ReduceOp> ops_for(DType t) {
+  if (is_floating(t)) return {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::mean};
+  return {ReduceOp::sum, ReduceOp::max, ReduceOp::min};
+}
+
+}  // namespace
+
+TEST_CASE("collectives: all_reduce, every dtype and op", "[mesh][collectives]") {
+  const auto& c = world();
+  const int p = c.size(), r = c.rank();
+  for (DType t : all_dtypes())
+    for (ReduceOp op : ops_for(t))
+      for (int64_t n : {0, 1, 5, 37}) {
+        INFO(dtype_name(t) << " " << reduce_op_name(op) << " n=" << n);
+        Tensor buf = tensor_of(gen_vec(r, n), t);
+        c.all_reduce(buf, op);
+        std::vector<double> want(static_cast<std::size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+          std::vector<double> xs;
+          for (int s = 0; s < p; ++s) xs.push_back(gen(s, i));
+          want[static_cast<std::size_t>(i)] = reduce_ref(op, xs);
+        }
+        CHECK_VALUES(buf, want);
+      }
+}
+
+TEST_CASE("collectives: bf16/f16 sums with f32 accumulation round once", "[mesh][collectives]") {
+  const auto& c = world();
+  const int p = c.size(), r = c.rank();
+  // 256 (bf16) and 2048 (f16) sit where the spacing is 2: adding 1s one at a time in the 16-bit type can lose
+  // them, f32 accumulation cannot.
+  for (DType t : {DType::bf16, DType::f16}) {
+    const double big = t == DType::bf16 ? 256.0 : 2048.0;
+    const double exact = big + (p - 1);
+    const double rounded = t == DType::bf16 ? bf16_to_float(float_to_bf16(static_cast<float>(exact)))
+                                            : f16_to_float(float_to_f16(static_cast<float>(exact)));
+    INFO(dtype_name(t));
+    Tensor buf = tensor_of(std::vector<double>(6, r == 0 ? big : 1.0), t);
+    c.all_reduce(buf, ReduceOp::sum, Accumulate::f32);
+    CHECK(buf.to_vector() == std::vector<double>(6, rounded));
+
+    std::vector<int64_t> counts(p, 2);
+    Tensor in = tensor_of(std::vector<double>(2 * p, r == 0 ? big : 1.0), t);
+    Tensor out = Tensor::empty({2}, t);
+    c.reduce_scatter_v(in, out, counts, ReduceOp::sum, Accumulate::f32);
+    CHECK(out.to_vector() == std::vector<double>(2, rounded));
+    c.reduce_scatter(in, out, ReduceOp::mean, Accumulate::f32);
+    CHECK(out.to_vector()[0] == Approx(exact / p).epsilon(1.0 / 128));
+  }
+}
+
+TEST_CASE("collectives: broadcast from every root", "[mesh][collectives]") {
+  const auto& c = world();
+  const int p = c.size(), r = c.rank();
+  for (DType t : all_dtypes())
+    for (int root = 0; root < p; ++root)
+      for (int64_t n : {0, 7}) {
+        INFO(dtype_name(t) << " root=" << root << " n=" << n);
+        Tensor buf = r == root ? tensor_of(gen_vec(root, n), t) : zeros({n}, {t});
+        c.broadcast(buf, root);
+        CHECK_VALUES(buf, gen_vec(root, n));
+      }
+}
+
+TEST_CASE("collectives: barrier", "[mesh][collectives]") {
+  world().barrier();
+  world().barrier();
+}
+
+TEST_CASE("collectives: all_gather and all_gather_v", "[mesh][collectives]") {
+  const auto& c = world();
+  const int p = c.size(), r = c.rank();
+  for (DType t : all_dtypes()) {
+    for (int64_t n : {0, 3}) {  // even
+      INFO(dtype_name(t) << " all_gather n=" << n);
+      Tensor in = tensor_of(gen_vec(r, n), t), out = Tensor::empty({n * p}, t);
+      c.all_gather(in, out);
+      std::vector<double> want;
+      for (int s = 0; s < p; ++s)
+        for (double x : gen_vec(s, n)) want.push_back(x);
+      CHECK_VALUES(out, want);
+    }
+    for (const auto& [name, counts] : count_patterns(p)) {
+      INFO(dtype_name(t) << " all_gather_v " << name);
+      Tensor in = tensor_of(gen_vec(r, counts[r]), t), out = Tensor::empty({prefix(counts).back()}, t);
+      c.all_gather_v(in, out, counts);
+      std::vector<double> want;
+      for (int s = 0; s < p; ++s)
+        for (double x : gen_vec(s, counts[s])) want.push_back(x);
+      CHECK_VALUES(out, want);
+    }
+  }
+  // The shapes do not matter, only the element counts: a 2-D shard gathers into a 2-D whole.
+  Tensor in = tensor_of(gen_vec(r, 6), DType::f32).view({2, 3}), out = Tensor::empty({2 * p, 3});
+  c.all_gather(in, out);
+  CHECK(out.narrow(0, 2 * r, 2).contiguous().to_vector() == gen_vec(r, 6));
+}
+
+TEST_CASE("collectives: reduce_scatter and reduce_scatter_v", "[mesh][collectives]") {
+  const auto& c = world();
+  const int p = c.size(), r = c.rank();
+  for (DType t : all_dtypes())
+    for (ReduceOp op : ops_for(t)) {
+      auto patterns = count_patterns(p);
+      patterns.insert(patterns.begin(), {"even (reduce_scatter)", std::vector<int64_t>(p, 4)});
+      for (std::size_t k = 0; k < patterns.size(); ++k) {
+        const auto& [name, counts] = patterns[k];
+        INFO(dtype_name(t) << " " << reduce_op_name(op) << " " << name);
+        auto d = prefix(counts);
+        Tensor in = tensor_of(gen_vec(r, d.back(), 1), t), out = Tensor::empty({counts[r]}, t);
+        if (k == 0) c.reduce_scatter(in, out, op);
+        else c.reduce_scatter_v(in, out, counts, op);
+        std::vector<double> want;
+        for (int64_t i = d[r]; i < d[r + 1]; ++i) {
+          std::vector<double> xs;
+          for (int s = 0; s < p; ++s) xs.push_back(gen(s, i, 1));
+          want.push_back(reduce_ref(op, xs));
+        }
+        CHECK_VALUES(out, want);
+      }
+    }
+}
+
+TEST_CASE("collectives: all_to_all and all_to_all_v", "[mesh][collectives]") {
+  const auto& c = world();
+  const int p = c.size(), r = c.rank();
+  // send(s, j): elements rank s sends to rank j; stream s*p+j keeps every block distinct.
+  using CountFn = int64_t (*)(int, int);
+  const std::vector<std::pair<std::string, CountFn>> patterns = {
+      {"even", [](int, int) -> int64_t { return 2; }},
+      {"uneven", [](int s, int j) -> int64_t { return (s + 2 * j) % 3 + 1; }},
+      {"zero-size", [](int s, int j) -> int64_t { return (s + j) % 2 == 0 ? 0 : s + j; }},
+      {"all-zero", [](int, int) -> int64_t { return 0; }},
+  };
+  for (DType t : all_dtypes())
+    for (const auto& [name, f] : patterns) {
+      INFO(dtype_name(t) << " all_to_all_v " << name);
+      std::vector<int64_t> sc(p), rc(p);
+      std::vector<double> send, want;
+      for (int j = 0; j < p; ++j) {
+        sc[j] = f(r, j);
+        rc[j] = f(j, r);
+        for (double x : gen_vec(r * p + j, sc[j], 2)) send.push_back(x);
+        for (double x : gen_vec(j * p + r, rc[j], 2)) want.push_back(x);
+      }
+      Tensor in = tensor_of(send, t), out = Tensor::empty({prefix(rc).back()}, t);
+      if (name == "even") c.all_to_all(in, out);
+      else c.all_to_all_v(in, sc, out, rc);
+      CHECK_VALUES(out, want);
+    }
+}

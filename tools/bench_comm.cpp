@@ -1,0 +1,186 @@
+// shardrt-bench-comm: latency and bandwidth of ShardRT's MPI collectives, side by side with the same operation
+// as a plain blocking MPI call (the reference: what the transport gives without ShardRT's deadline polling,
+// validation and ledger). Run under mpiexec; rank 0 prints a markdown table.
+//
+// Sizes (S, from --min-bytes to --max-bytes, x4 steps) are per collective, as nccl-tests counts them:
+//   all_reduce        the buffer (S bytes, f32)
+//   all_gather_v      the gathered output (S); rank j contributes a share proportional to j + 1
+//   reduce_scatter_v  the input (S); rank j keeps a share proportional to j + 1
+//   all_to_all_v      each rank's send buffer (S); the share for rank j is proportional to j + 1
+//   ring_shift        each rank's message (S)
+// Latency is the time per call of the slowest rank, best of three batches after a warm-up. Bus bandwidth is S / latency
+// scaled by the fraction of the data that crosses between ranks: 2(P-1)/P for all_reduce, (P-1)/P for the gathers,
+// scatters and all-to-all, 1 for the ring shift; it is comparable across collectives and rank counts.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mesh/mesh.h"
+#include "runtime/factories.h"
+
+using namespace shardrt;
+
+namespace {
+
+struct Args {
+  int64_t min_bytes = 1024;
+  int64_t max_bytes = 64ll << 20;
+  double seconds = 0.15;  // target time per measurement
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--min-bytes") a.min_bytes = std::atoll(argv[i + 1]);
+    else if (k == "--max-bytes") a.max_bytes = std::atoll(argv[i + 1]);
+    else if (k == "--seconds") a.seconds = std::atof(argv[i + 1]);
+  }
+  return a;
+}
+
+// Element counts per rank proportional to rank + 1, summing to `total`.
+std::vector<int64_t> shares(int64_t total, int p) {
+  std::vector<int64_t> c(p);
+  int64_t weight = static_cast<int64_t>(p) * (p + 1) / 2, used = 0;
+  for (int j = 0; j < p; ++j) used += c[j] = total * (j + 1) / weight;
+  c[p - 1] += total - used;
+  return c;
+}
+
+std::vector<int> to_int(const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); }
+std::vector<int> displs(const std::vector<int64_t>& v) {
+  std::vector<int> d(v.size(), 0);
+  for (std::size_t j = 1; j < v.size(); ++j) d[j] = d[j - 1] + static_cast<int>(v[j - 1]);
+  return d;
+}
+
+// Seconds per call of `fn`: the best of three timed batches (the machine may be shared, and the best batch is
+// the least disturbed one), each batch's time being the slowest rank's. The batch size comes from a timed
+// warm-up, agreed on by every rank so that all run the same number of calls.
+double time_per_call(const std::function<void()>& fn, double target) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto t0 = std::chrono::steady_clock::now();
+  fn();
+  double once = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MPI_Allreduce(MPI_IN_PLACE, &once, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  const int iters = static_cast<int>(std::clamp(target / 3 / std::max(once, 1e-7), 2.0, 1000.0));
+  double best = 1e30;
+  for (int batch = 0; batch < 3; ++batch) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) fn();
+    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    best = std::min(best, t);
+  }
+  return best;
+}
+
+std::string size_str(int64_t b) {
+  char s[32];
+  if (b >= (1 << 20)) std::snprintf(s, sizeof s, "%lld MiB", static_cast<long long>(b >> 20));
+  else std::snprintf(s, sizeof s, "%lld KiB", static_cast<long long>(b >> 10));
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, p = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  const Args args = parse(argc, argv);
+  {
+    CommOptions opts;
+    opts.ledger = std::make_shared<CommLedger>();  // counted like any job, but not in the process ledger
+    opts.cuda_device = CommOptions::no_gpu;
+    Mesh mesh = Mesh::one_d(MPI_COMM_WORLD, "domain", opts);
+    const Communicator& c = mesh.axis("domain");
+    MPI_Comm raw = MPI_COMM_WORLD;
+
+    if (rank == 0) {
+      std::printf("### %d ranks\n\n", p);
+      std::printf(
+          "| collective | size | ShardRT latency (us) | ShardRT busbw (GB/s) | MPI latency (us) | MPI busbw (GB/s) "
+          "|\n");
+      std::printf("|---|---:|---:|---:|---:|---:|\n");
+    }
+    const char* names[] = {"all_reduce", "all_gather_v", "reduce_scatter_v", "all_to_all_v", "ring_shift"};
+    const double frac_gather = static_cast<double>(p - 1) / p;
+    const double factors[] = {2 * frac_gather, frac_gather, frac_gather, frac_gather, 1.0};
+    const int next = (rank + 1) % p, prev = (rank + p - 1) % p;
+
+    for (int k = 0; k < 5; ++k) {
+      for (int64_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= 4) {
+        const int64_t n = bytes / 4;
+        const auto share = shares(n, p);
+        const auto share_i = to_int(share), share_d = displs(share);
+        std::function<void()> ours, ref;
+        Tensor a, b;
+        switch (k) {
+          case 0:
+            a = zeros({n});
+            b = zeros({n});
+            ours = [&] { c.all_reduce(a); };
+            ref = [&] { MPI_Allreduce(MPI_IN_PLACE, b.raw_data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, raw); };
+            break;
+          case 1:
+            a = zeros({share[rank]});
+            b = zeros({n});
+            ours = [&] { c.all_gather_v(a, b, share); };
+            ref = [&] {
+              MPI_Allgatherv(a.raw_data(), share_i[rank], MPI_FLOAT, b.raw_data(), share_i.data(), share_d.data(),
+                             MPI_FLOAT, raw);
+            };
+            break;
+          case 2:
+            a = zeros({n});
+            b = zeros({share[rank]});
+            ours = [&] { c.reduce_scatter_v(a, b, share); };
+            ref = [&] { MPI_Reduce_scatter(a.raw_data(), b.raw_data(), share_i.data(), MPI_FLOAT, MPI_SUM, raw); };
+            break;
+          case 3: {
+            a = zeros({n});
+            // What rank j sends here is its share for this rank: proportional to rank + 1 of its own total.
+            std::vector<int64_t> recv(p, shares(n, p)[rank]);
+            b = zeros({recv[0] * p});
+            auto recv_i = to_int(recv), recv_d = displs(recv);
+            ours = [&, recv] { c.all_to_all_v(a, share, b, recv); };
+            ref = [&, recv_i, recv_d] {
+              MPI_Alltoallv(a.raw_data(), share_i.data(), share_d.data(), MPI_FLOAT, b.raw_data(), recv_i.data(),
+                            recv_d.data(), MPI_FLOAT, raw);
+            };
+            break;
+          }
+          default:
+            a = zeros({n});
+            b = zeros({n});
+            ours = [&] { c.ring_shift(a, b); };
+            ref = [&] {
+              MPI_Sendrecv(a.raw_data(), static_cast<int>(n), MPI_FLOAT, next, 0, b.raw_data(), static_cast<int>(n),
+                           MPI_FLOAT, prev, 0, raw, MPI_STATUS_IGNORE);
+            };
+        }
+        const double t_ours = time_per_call(ours, args.seconds);
+        const double t_ref = time_per_call(ref, args.seconds);
+        if (rank == 0) {
+          auto bw = [&](double t) { return static_cast<double>(bytes) / t / 1e9 * factors[k]; };
+          std::printf("| %s | %s | %.1f | %.2f | %.1f | %.2f |\n", names[k], size_str(bytes).c_str(), t_ours * 1e6,
+                      bw(t_ours), t_ref * 1e6, bw(t_ref));
+          std::fflush(stdout);
+        }
+      }
+    }
+    if (rank == 0) std::printf("\n");
+  }
+  MPI_Finalize();
+  return 0;
+}
