@@ -1,12 +1,17 @@
 // Failure probe, run by failure_probe.sh under mpiexec: the last rank fails before an all_reduce on the
 // "domain" axis that every other rank enters. Those ranks must time out (SHARDRT_COMM_TIMEOUT), print a
 // CommError naming the collective, the axis and the ranks, and take the job down; nobody may hang.
-//   mode "throw": the last rank throws a ValueError, reports it and shuts down as an application would.
-//   mode "hang":  the last rank is stuck in local work far beyond the deadline.
+//   mode "throw": the last rank throws a ValueError, reports it and exits non-zero without MPI_Finalize (which
+//                 is collective: calling it while peers wait in a collective is erroneous MPI, and OpenMPI can
+//                 hang in it when the peers abort). The launcher must then take the whole job down, non-zero,
+//                 well within the deadline.
+//   mode "hang":  the last rank is stuck in local work far beyond the deadline: the others must time out,
+//                 print their CommError and abort the job.
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -33,7 +38,8 @@ int main(int argc, char** argv) {
     std::printf("failure probe: all_reduce returned on rank %d, which should be impossible\n", rank);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
-    status = 1;
+    std::fflush(stderr);
+    std::_Exit(1);  // a failed rank leaves without finalizing; see "throw" above
   }
   MPI_Finalize();
   return status;

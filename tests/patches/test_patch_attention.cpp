@@ -1,0 +1,154 @@
+// Sharded attention against the serial fp64 oracle, out and lse both compared with every input grad, for the four
+// placement combinations of §2.1 and both sharded-K/V strategies (ring, all-gather-KV), with Nq != Nk, uneven
+// extents and a zero-size shard, scale 1/sqrt(D) and 1; then the exact collectives of each strategy, and
+// MissingShardPatch for placements no patch takes.
+#include <cmath>
+
+#include "patches/attention.h"
+#include "tests/patches/patch_testing.h"
+
+using namespace shardrt;
+using namespace shardrt::test;
+
+namespace {
+
+// q (B, H, Nq, D), k (B, H, Nk, D), v (B, H, Nk, Dv).
+constexpr int64_t kB = 1, kH = 2, kNq = 11, kNk = 13, kD = 3, kDv = 4, kBH = kB * kH;
+constexpr const char* kFwd = "scaled_dot_product_attention.forward";
+constexpr const char* kBwd = "scaled_dot_product_attention.backward";
+
+std::vector<Tensor> qkv(uint64_t seed, DType dtype = DType::f64) {
+  return {rnd({kB, kH, kNq, kD}, seed).to(dtype), rnd({kB, kH, kNk, kD}, seed + 1).to(dtype),
+          rnd({kB, kH, kNk, kDv}, seed + 2).to(dtype)};
+}
+
+ShardedFn attention_fn(double scale, KvStrategy strategy) {
+  return [scale, strategy](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+    const AttentionShardOutput o = scaled_dot_product_attention(in[0], in[1], in[2], scale, strategy);
+    return std::vector<ShardTensor>{o.out, o.lse};
+  };
+}
+
+const Placement R = Placement::Replicate();
+const Placement S = Placement::Shard(2);
+
+// Bytes of n keys' packed K/V block in f64.
+int64_t kv_bytes(int64_t n, int64_t itemsize = 8) { return kBH * n * (kD + kDv) * itemsize; }
+
+int64_t total(const std::vector<int64_t>& e) {
+  int64_t t = 0;
+  for (int64_t x : e) t += x;
+  return t;
+}
+
+std::vector<ExpectedComm> ring_comms(const std::vector<int64_t>& ek, int p, int r, int64_t itemsize = 8) {
+  if (p == 1) return {};
+  const int64_t n = total(ek), next = ek[(r + 1) % p];
+  return {{kFwd, "ring_shift", "domain", p - 1, kv_bytes(n - next, itemsize)},
+          {kBwd, "ring_shift", "domain", 2 * p - 1, kv_bytes(n - next, itemsize) + kv_bytes(n, itemsize)}};
+}
+
+std::vector<ExpectedComm> all_gather_comms(const std::vector<int64_t>& ek, int p, int r) {
+  return {{kFwd, "all_gather_v", "domain", 1, kv_bytes(ek[r]) * (p - 1)},
+          {kBwd, "all_gather_v", "domain", 1, kv_bytes(ek[r]) * (p - 1)},
+          {kBwd, "reduce_scatter_v", "domain", 1, kv_bytes(total(ek) - ek[r])}};
+}
+
+const double kScales[] = {1.0 / std::sqrt(double(kD)), 1.0};
+
+}  // namespace
+
+TEST_CASE("patch attention: q and kv replicated is the local op, no collectives", "[patch][attention]") {
+  const Mesh& line = line_mesh();
+  const std::vector<Tensor> in = qkv(100);
+  if (line.size() == 1) {  // on more ranks nothing is sharded, which check_sharded rejects as vacuous
+    check_patch(line, attention_fn(0.5, KvStrategy::ring),
+                sharded_case("sdpa R,R", in, {on_line(R), on_line(R), on_line(R)}), {});
+  }
+  line.flat().ledger().reset();
+  const AttentionShardOutput o = scaled_dot_product_attention(distribute(in[0], line, on_line(R)),
+                                                              distribute(in[1], line, on_line(R)),
+                                                              distribute(in[2], line, on_line(R)), 0.5);
+  const AttentionOutput ref = scaled_dot_product_attention(in[0], in[1], in[2], 0.5);
+  CHECK(o.out.local().to_vector() == ref.out.to_vector());
+  CHECK(o.lse.local().to_vector() == ref.lse.to_vector());
+  CHECK(line.flat().ledger().total_calls() == 0);
+}
+
+TEST_CASE("patch attention: q sharded, kv replicated; dK/dV summed once in backward", "[patch][attention]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  const int64_t kv_numel = kBH * kNk * (kD + kDv);
+  for (double scale : kScales)
+    for (const ExtentsCase& e : extents_cases(kNq, p))
+      check_patch(line, attention_fn(scale, KvStrategy::ring),
+                  sharded_case("sdpa S,R " + e.name, qkv(110), {on_line(S), on_line(R), on_line(R)},
+                               {{e.extents}, {}, {}}),
+                  {{kBwd, "all_reduce", "domain", 1, all_reduce_bytes(kv_numel, 8, p)}});
+}
+
+TEST_CASE("patch attention: q replicated, kv sharded; blocks folded by their LSEs", "[patch][attention]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  const int64_t rows = kBH * kNq;
+  for (double scale : kScales)
+    for (const ExtentsCase& e : extents_cases(kNk, p))
+      check_patch(line, attention_fn(scale, KvStrategy::ring),
+                  sharded_case("sdpa R,S " + e.name, qkv(120), {on_line(R), on_line(S), on_line(S)},
+                               {{}, {e.extents}, {e.extents}}),
+                  {{kFwd, "all_reduce", "domain", 2,
+                    all_reduce_bytes(rows, 8, p) + all_reduce_bytes(rows * (kDv + 1), 8, p)},
+                   {kBwd, "all_reduce", "domain", 1, all_reduce_bytes(rows * kD, 8, p)}});
+}
+
+TEST_CASE("patch attention: q and kv sharded, ring and all-gather-KV", "[patch][attention]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size(), r = line.rank();
+  const std::vector<ExtentsCase> eq = extents_cases(kNq, p), ek = extents_cases(kNk, p);
+  for (double scale : kScales)
+    for (size_t i = 0; i < eq.size(); ++i)
+      for (size_t j = 0; j < ek.size(); ++j) {
+        const std::string name = " q " + eq[i].name + ", kv " + ek[j].name;
+        const ShardedCase c = sharded_case("sdpa S,S" + name, qkv(130 + i + 2 * j), {on_line(S), on_line(S), on_line(S)},
+                                           {{eq[i].extents}, {ek[j].extents}, {ek[j].extents}});
+        check_patch(line, attention_fn(scale, KvStrategy::ring), c, ring_comms(ek[j].extents, p, r));
+        check_patch(line, attention_fn(scale, KvStrategy::all_gather), c, all_gather_comms(ek[j].extents, p, r));
+      }
+}
+
+TEST_CASE("patch attention: ring in f32 merges in f32", "[patch][attention]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size(), r = line.rank();
+  ShardedCase c = sharded_case("sdpa ring f32", qkv(140, DType::f32), {on_line(S), on_line(S), on_line(S)});
+  c.atol = c.rtol = 1e-5;  // f32 against the f64 oracle
+  check_patch(line, attention_fn(0.5, KvStrategy::ring), c, ring_comms(split_extents(kNk, p), p, r, 4));
+}
+
+TEST_CASE("patch attention: unsupported placements are MissingShardPatch", "[patch][attention]") {
+  const Mesh& line = line_mesh();
+  const std::vector<Tensor> in = qkv(150);
+  const ShardTensor q = distribute(in[0], line, on_line(S)), k = distribute(in[1], line, on_line(S)),
+                    v = distribute(in[2], line, on_line(S));
+  // Partial input.
+  const ShardTensor partial = from_local(in[1], line, on_line(Placement::Partial()));
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, partial, v, 1.0), MissingShardPatch);
+  CHECK_THROWS_AS(scaled_dot_product_attention(from_local(in[0], line, on_line(Placement::Partial())), k, v, 1.0),
+                  MissingShardPatch);
+  // Sharded along the feature dim D.
+  const ShardTensor q_d = distribute(in[0], line, on_line(Placement::Shard(3)));
+  CHECK_THROWS_WITH(scaled_dot_product_attention(q_d, k, v, 1.0),
+                    Catch::Contains("scaled_dot_product_attention") && Catch::Contains("S(3)"));
+  // Sharded along heads.
+  CHECK_THROWS_AS(scaled_dot_product_attention(distribute(in[0], line, on_line(Placement::Shard(1))), k, v, 1.0),
+                  MissingShardPatch);
+  // k and v placed differently.
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, k, distribute(in[2], line, on_line(R)), 1.0), MissingShardPatch);
+  // Mismatched shapes are a ShapeError, not a patch question.
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, distribute(rnd({kB, kH, kNk, kD + 1}, 1), line, on_line(S)), v, 1.0),
+                  ShapeError);
+  if (has_grid()) {
+    const ShardTensor g = distribute(in[0], grid_mesh(), {S, R});
+    const ShardTensor gk = distribute(in[1], grid_mesh(), {S, R}), gv = distribute(in[2], grid_mesh(), {S, R});
+    CHECK_THROWS_AS(scaled_dot_product_attention(g, gk, gv, 1.0), MissingShardPatch);
+  }
+}

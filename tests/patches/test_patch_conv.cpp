@@ -1,0 +1,153 @@
+// Sharded convolution against the serial fp64 oracle: halo convs (1d/2d/3d, padding 0/1/2, dilation, kernel 5) on
+// 1-D meshes and the 2x2 mesh (H over "dx", W over "dy"), patchify (kernel == stride) and conv_transpose with no
+// collective but the weight-grad all-reduce, every parameter grad compared, the exact halo exchanges in the
+// ledger, and the MissingShardPatch cases (decided identically on every rank).
+#include "patches/conv.h"
+#include "tests/patches/patch_testing.h"
+
+using namespace shardrt;
+using namespace shardrt::test;
+
+namespace {
+
+using Ext = std::vector<std::vector<std::vector<int64_t>>>;
+
+// Bytes rank `r` of `p` sends in one halo exchange of `h` slices to each existing neighbour.
+int64_t halo_bytes(int r, int p, int64_t h, int64_t slice_bytes) {
+  return h * slice_bytes * ((r > 0 ? 1 : 0) + (r < p - 1 ? 1 : 0));
+}
+
+ShardedFn conv_fn(std::vector<int64_t> stride, std::vector<int64_t> padding, std::vector<int64_t> dilation) {
+  return [=](const std::vector<ShardTensor>& in, const std::vector<Tensor>& p) {
+    return std::vector<ShardTensor>{conv(in[0], p[0], p.size() > 1 ? p[1] : Tensor(), stride, padding, dilation)};
+  };
+}
+
+std::vector<ShardTensor> conv_transpose_fn(const std::vector<ShardTensor>& in, const std::vector<Tensor>& p) {
+  return {conv_transpose(in[0], p[0], p[1])};
+}
+
+// The halo lines of one exchange per direction (forward and backward move the same bytes) plus the packed
+// weight+bias all-reduce.
+std::vector<ExpectedComm> halo_comms(const std::string& axis, int64_t fwd_bytes, int64_t wb_bytes) {
+  return {{"conv.forward", "halo_exchange", axis, 1, fwd_bytes},
+          {"conv.backward", "halo_exchange", axis, 1, fwd_bytes},
+          {"conv.backward", "all_reduce", axis, 1, wb_bytes}};
+}
+
+}  // namespace
+
+TEST_CASE("patch conv: halo conv1d over a 1-D mesh, padding, dilation, kernel 5", "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size(), r = line.rank();
+  struct Cfg {
+    const char* name;
+    int64_t k, pad, dil;
+  };
+  // (B, C) = (2, 3): one slice of the padded input along L is 2*3 f64.
+  const int64_t slice = 2 * 3 * 8;
+  for (const Cfg& cfg : {Cfg{"k3 p1", 3, 1, 1}, Cfg{"k3 p0", 3, 0, 1}, Cfg{"k3 p2 d2", 3, 2, 2}, Cfg{"k5 p2", 5, 2, 1}}) {
+    const int64_t h = cfg.dil * (cfg.k - 1) / 2;
+    ShardedCase c = sharded_case(std::string("conv1d ") + cfg.name, {rnd({2, 3, 13}, 100)},
+                                 {on_line(Placement::Shard(2))}, Ext{{split_extents(13, p)}});
+    c.params = {rnd({4, 3, cfg.k}, 101), rnd({4}, 102)};
+    check_patch(line, conv_fn({1}, {cfg.pad}, {cfg.dil}), c,
+                halo_comms("domain", halo_bytes(r, p, h, slice), all_reduce_bytes(4 * 3 * cfg.k + 4, 8, p)));
+  }
+  // Without a bias only the weight is reduced.
+  ShardedCase nb = sharded_case("conv1d no bias", {rnd({2, 3, 13}, 103)}, {on_line(Placement::Shard(2))});
+  nb.params = {rnd({4, 3, 3}, 104)};
+  check_patch(line, conv_fn({1}, {1}, {1}), nb,
+              halo_comms("domain", halo_bytes(r, p, 1, slice), all_reduce_bytes(4 * 3 * 3, 8, p)));
+}
+
+TEST_CASE("patch conv: halo conv2d/conv3d over a 1-D mesh; unsharded dims keep any stride", "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size(), r = line.rank();
+  // conv2d, H sharded, W unsharded with stride 2 and padding 1 on both.
+  ShardedCase c2 = sharded_case("conv2d H sharded, W stride 2", {rnd({1, 2, 11, 6}, 110)},
+                                {on_line(Placement::Shard(2))});
+  c2.params = {rnd({3, 2, 3, 3}, 111), rnd({3}, 112)};
+  check_patch(line, conv_fn({1, 2}, {1, 1}, {1}), c2,
+              halo_comms("domain", halo_bytes(r, p, 1, 1 * 2 * 6 * 8), all_reduce_bytes(3 * 2 * 9 + 3, 8, p)));
+  // conv2d, W sharded (the halo is a strided slab).
+  ShardedCase cw = sharded_case("conv2d W sharded", {rnd({1, 2, 5, 11}, 113)}, {on_line(Placement::Shard(3))});
+  cw.params = {rnd({3, 2, 3, 3}, 114), rnd({3}, 115)};
+  check_patch(line, conv_fn({1}, {1}, {1}), cw,
+              halo_comms("domain", halo_bytes(r, p, 1, 1 * 2 * 5 * 8), all_reduce_bytes(3 * 2 * 9 + 3, 8, p)));
+  // conv3d, D sharded.
+  ShardedCase c3 = sharded_case("conv3d D sharded", {rnd({1, 2, 9, 4, 3}, 116)}, {on_line(Placement::Shard(2))});
+  c3.params = {rnd({2, 2, 3, 3, 3}, 117), rnd({2}, 118)};
+  check_patch(line, conv_fn({1}, {1}, {1}), c3,
+              halo_comms("domain", halo_bytes(r, p, 1, 2 * 4 * 3 * 8), all_reduce_bytes(2 * 2 * 27 + 2, 8, p)));
+}
+
+TEST_CASE("patch conv: halo conv2d over the 2x2 mesh, H over dx and W over dy (corners)", "[patch][conv]") {
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  const Placements pl = {Placement::Shard(2), Placement::Shard(3)};
+  for (int64_t pad : {1, 0}) {
+    ShardedCase c = sharded_case("conv2d 2x2 pad " + std::to_string(pad), {rnd({1, 2, 9, 7}, 120)}, {pl});
+    c.params = {rnd({3, 2, 3, 3}, 121), rnd({3}, 122)};
+    // H is exchanged first on the local (eh, ew) block: one slice = 2*ew f64; then W on the H-padded block
+    // (eh + 1 + pad rows): one slice = 2*(eh + 1 + pad) f64.
+    const int64_t eh = split_extents(9, 2)[grid.coord("dx")], ew = split_extents(7, 2)[grid.coord("dy")];
+    const int64_t wb = all_reduce_bytes(3 * 2 * 9 + 3, 8, 2);
+    std::vector<ExpectedComm> want = halo_comms("dx", 2 * ew * 8, wb);
+    for (const ExpectedComm& e : halo_comms("dy", 2 * (eh + 1 + pad) * 8, wb)) want.push_back(e);
+    check_patch(grid, conv_fn({1}, {pad}, {1}), c, want);
+  }
+}
+
+TEST_CASE("patch conv: patchify (kernel == stride) and conv_transpose: no halo", "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  // Extents 2 * (7 split over p): uneven, every one a multiple of the stride.
+  std::vector<int64_t> ext = split_extents(7, p);
+  for (int64_t& e : ext) e *= 2;
+  ShardedCase pf = sharded_case("patchify conv2d k2 s2", {rnd({1, 3, 14, 4}, 130)}, {on_line(Placement::Shard(2))},
+                                Ext{{ext}});
+  pf.params = {rnd({4, 3, 2, 2}, 131), rnd({4}, 132)};
+  check_patch(line, conv_fn({2}, {0}, {1}), pf,
+              {{"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(4 * 3 * 4 + 4, 8, p)}});
+  ShardedCase ct = sharded_case("conv_transpose1d k2", {rnd({2, 3, 7}, 133)}, {on_line(Placement::Shard(2))});
+  ct.params = {rnd({3, 2, 2}, 134), rnd({2}, 135)};
+  check_patch(line, conv_transpose_fn, ct,
+              {{"conv_transpose.backward", "all_reduce", "domain", 1, all_reduce_bytes(3 * 2 * 2 + 2, 8, p)}});
+  if (has_grid()) {
+    ShardedCase g = sharded_case("conv_transpose2d 2x2", {rnd({1, 3, 5, 3}, 136)},
+                                 {{Placement::Shard(2), Placement::Shard(3)}});
+    g.params = {rnd({3, 2, 2, 2}, 137), rnd({2}, 138)};
+    const int64_t b = all_reduce_bytes(3 * 2 * 4 + 2, 8, 2);
+    check_patch(grid_mesh(), conv_transpose_fn, g,
+                {{"conv_transpose.backward", "all_reduce", "dx", 1, b},
+                 {"conv_transpose.backward", "all_reduce", "dy", 1, b}});
+  }
+}
+
+TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  const Tensor x = rnd({1, 2, 13}, 140);
+  const ShardTensor xs = distribute(x, line, on_line(Placement::Shard(2)));
+  const Tensor w3 = rnd({2, 2, 3}, 141), w2 = rnd({2, 2, 2}, 142);
+  // Stride 2 with kernel 3; even kernel with stride 1; patchify with extents not multiples of the stride (13 is odd).
+  CHECK_THROWS_AS(conv(xs, w3, Tensor(), {2}, {1}, {1}), MissingShardPatch);
+  CHECK_THROWS_AS(conv(xs, w2, Tensor(), {1}, {0}, {1}), MissingShardPatch);
+  CHECK_THROWS_AS(conv(xs, w2, Tensor(), {2}, {0}, {1}), MissingShardPatch);
+  // A sharded channel dim.
+  const ShardTensor xc = distribute(rnd({1, 4, 5}, 143), line, on_line(Placement::Shard(1)));
+  CHECK_THROWS_AS(conv(xc, rnd({2, 4, 3}, 144), Tensor(), {1}, {1}, {1}), MissingShardPatch);
+  if (p >= 2) {
+    // A shard thinner than the halo: kernel 5 (halo 2) on shards of 1.
+    const ShardTensor thin = distribute(rnd({1, 2, p}, 145), line, on_line(Placement::Shard(2)));
+    CHECK_THROWS_AS(conv(thin, rnd({2, 2, 5}, 146), Tensor(), {1}, {2}, {1}), MissingShardPatch);
+  }
+  for (const ExtentsCase& e : extents_cases(13, p)) {
+    if (e.name != "zero-size shard") continue;
+    // A zero-size shard: no output position for the local kernel (halo conv and patchify alike).
+    const ShardTensor z = distribute(x, line, on_line(Placement::Shard(2)), Ext::value_type{e.extents});
+    CHECK_THROWS_AS(conv(z, w3, Tensor(), {1}, {1}, {1}), MissingShardPatch);
+    CHECK_THROWS_AS(conv_transpose(z, rnd({2, 2, 2}, 147), Tensor()), MissingShardPatch);
+  }
+}
