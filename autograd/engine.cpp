@@ -101,6 +101,20 @@ void check_grad_shape(const Node& node, size_t input, const Tensor& g, const Sha
                 g.str(), " but the input has shape ", shape_str(want));
 }
 
+// Adds g to the grad waiting for output `output_nr` of `node` (out of place: g may alias another tensor).
+using PendingGrads = std::unordered_map<Node*, std::vector<Tensor>>;
+void add_pending(PendingGrads& pending, Node& node, int output_nr, const Tensor& g) {
+  auto& slot = pending[&node];
+  slot.resize(node.outputs.size());
+  if (slot[output_nr].defined()) {
+    Tensor sum = slot[output_nr].clone();
+    accumulate_into(sum, g);
+    slot[output_nr] = sum;
+  } else {
+    slot[output_nr] = g;
+  }
+}
+
 }  // namespace
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
@@ -109,7 +123,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   NoGradGuard no_grad;  // backward functions compute plain tensors
 
   // Seed grads; roots that are leaves receive theirs directly.
-  std::unordered_map<Node*, std::vector<Tensor>> pending;
+  PendingGrads pending;
   std::vector<std::shared_ptr<Node>> starts;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
@@ -127,15 +141,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       accumulate_leaf(*e.leaf, g);
       continue;
     }
-    auto& slot = pending[e.node.get()];
-    slot.resize(e.node->outputs.size());
-    if (slot[e.output_nr].defined()) {
-      Tensor s = slot[e.output_nr].clone();
-      accumulate_into(s, g);
-      slot[e.output_nr] = s;
-    } else {
-      slot[e.output_nr] = g;
-    }
+    add_pending(pending, *e.node, e.output_nr, g);
     starts.push_back(e.node);
   }
 
@@ -191,15 +197,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       Node* next = e.node.get();
       if (g.defined()) {
         check_grad_shape(*node, i, g, e.shape);
-        auto& slot = pending[next];
-        slot.resize(next->outputs.size());
-        if (slot[e.output_nr].defined()) {
-          Tensor s = slot[e.output_nr].clone();
-          accumulate_into(s, g);
-          slot[e.output_nr] = s;
-        } else {
-          slot[e.output_nr] = g;
-        }
+        add_pending(pending, *next, e.output_nr, g);
       }
       if (--dependencies[next] == 0) ready.push_back(e.node);
     }

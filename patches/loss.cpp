@@ -12,6 +12,7 @@
 //   local element needs only it, the element, and the global sums saved in forward.
 // Saved for backward per rank: p - t, O(N/P); relative_l2_loss also t, O(N/P), when t requires grad, and scalars.
 #include "autograd/function.h"
+#include "autograd/ops/relative_l2.h"
 #include "patches/dispatch.h"
 #include "patches/ops.h"
 #include "patches/patch_util.h"
@@ -66,14 +67,8 @@ ShardTensor mse_run(const ShardTensor& pred, const ShardTensor& target) {
 
 // ---- relative_l2_loss -------------------------------------------------------------------------------------------
 
-struct ShardedRelativeL2Ctx {
-  Tensor diff, target;            // local p - t, and local t (when its grad is needed)
-  Tensor diff_norm, target_norm;  // 0-d, global
-  Tensor loss;                    // 0-d
-  bool pred_needs_grad = false, target_needs_grad = false;
-};
 
-Tensor sharded_relative_l2_forward(ShardedRelativeL2Ctx& ctx, const ShardTensor& pred, const ShardTensor& target) {
+Tensor sharded_relative_l2_forward(ops_detail::RelativeL2Ctx& ctx, const ShardTensor& pred, const ShardTensor& target) {
   ctx.pred_needs_grad = requires_grad(pred.local());
   ctx.target_needs_grad = requires_grad(target.local());
   NoGradGuard no_grad;
@@ -90,29 +85,12 @@ Tensor sharded_relative_l2_forward(ShardedRelativeL2Ctx& ctx, const ShardTensor&
   return ctx.loss;
 }
 
-std::vector<Tensor> sharded_relative_l2_backward(ShardedRelativeL2Ctx& ctx, const std::vector<Tensor>& grad_outputs) {
-  // With d = ||p - t|| and r = ||t|| (global norms):
-  //   dL/dp = (p - t) / (d r)
-  //   dL/dt = -dL/dp - (L / r^2) t
-  // At d == 0 the norm has no derivative; the grad through it is taken as 0, as in the serial op.
-  const Tensor& g = grad_outputs[0];
-  const Tensor zero = zeros({}, {g.dtype(), g.device()});
-  const Tensor diff_scale = where(ne(ctx.diff_norm, zero), div(g, mul(ctx.diff_norm, ctx.target_norm)), zero);
-  const Tensor gp = mul(ctx.diff, diff_scale);
-  std::vector<Tensor> grads(2);
-  if (ctx.pred_needs_grad) grads[0] = gp;
-  if (ctx.target_needs_grad) {
-    const Tensor target_scale = div(mul(g, ctx.loss), mul(ctx.target_norm, ctx.target_norm));
-    grads[1] = neg(add(gp, mul(ctx.target, target_scale)));
-  }
-  return grads;
-}
 
 ShardTensor relative_l2_run(const ShardTensor& pred, const ShardTensor& target) {
-  ShardedRelativeL2Ctx ctx;
+  ops_detail::RelativeL2Ctx ctx;
   const Tensor loss = sharded_relative_l2_forward(ctx, pred, target);
   return ShardTensor(
-      record("relative_l2_loss", {pred.local(), target.local()}, loss, std::move(ctx), sharded_relative_l2_backward),
+      record("relative_l2_loss", {pred.local(), target.local()}, loss, std::move(ctx), ops_detail::relative_l2_backward),
       replicated_scalar(pred.mesh()));
 }
 

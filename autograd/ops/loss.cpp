@@ -3,11 +3,32 @@
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
+#include "autograd/ops/relative_l2.h"
 #include "runtime/factories.h"
 
 namespace shardrt {
 
 using namespace ops_detail;
+
+std::vector<Tensor> ops_detail::relative_l2_backward(RelativeL2Ctx& ctx, const std::vector<Tensor>& grad_outputs) {
+  // With d = ||p - t|| and r = ||t||:
+  //   dL/dp = (p - t) / (d r)
+  //   dL/dt = -(p - t) / (d r) - (d / r^3) t = -dL/dp - (L / r^2) t
+  // At p == t (d == 0) the norm has no derivative; the grad through it is taken as 0, as for torch.norm (a NaN d
+  // still propagates).
+  const Tensor& g = grad_outputs[0];
+  const Tensor zero = scalar_like(g, 0.0);
+  const Tensor diff_scale = where(ne(ctx.diff_norm, zero), div(g, mul(ctx.diff_norm, ctx.target_norm)), zero);
+  const Tensor gp = mul(ctx.diff, diff_scale);
+  std::vector<Tensor> grads(2);
+  if (ctx.pred_needs_grad) grads[0] = gp;
+  if (ctx.target_needs_grad) {
+    const Tensor target_scale = div(mul(g, ctx.loss), mul(ctx.target_norm, ctx.target_norm));
+    grads[1] = neg(add(gp, mul(ctx.target, target_scale)));
+  }
+  return grads;
+}
+
 
 namespace {
 
@@ -44,12 +65,6 @@ std::vector<Tensor> mse_backward(MseCtx& ctx, const std::vector<Tensor>& grad_ou
 
 // ---- relative_l2_loss: L = ||p - t|| / ||t|| ------------------------------------------------------------------
 
-struct RelativeL2Ctx {
-  Tensor diff, target;            // p - t, and t (when its grad is needed)
-  Tensor diff_norm, target_norm;  // 0-d
-  Tensor loss;                    // 0-d
-  bool pred_needs_grad = false, target_needs_grad = false;
-};
 
 Tensor relative_l2_forward(RelativeL2Ctx& ctx, const Tensor& pred, const Tensor& target) {
   check_pair("relative_l2_loss", pred, target);
@@ -64,24 +79,6 @@ Tensor relative_l2_forward(RelativeL2Ctx& ctx, const Tensor& pred, const Tensor&
   return ctx.loss;
 }
 
-std::vector<Tensor> relative_l2_backward(RelativeL2Ctx& ctx, const std::vector<Tensor>& grad_outputs) {
-  // With d = ||p - t|| and r = ||t||:
-  //   dL/dp = (p - t) / (d r)
-  //   dL/dt = -(p - t) / (d r) - (d / r^3) t = -dL/dp - (L / r^2) t
-  // At p == t (d == 0) the norm has no derivative; the grad through it is taken as 0, as for torch.norm (a NaN d
-  // still propagates).
-  const Tensor& g = grad_outputs[0];
-  const Tensor zero = scalar_like(g, 0.0);
-  const Tensor diff_scale = where(ne(ctx.diff_norm, zero), div(g, mul(ctx.diff_norm, ctx.target_norm)), zero);
-  const Tensor gp = mul(ctx.diff, diff_scale);
-  std::vector<Tensor> grads(2);
-  if (ctx.pred_needs_grad) grads[0] = gp;
-  if (ctx.target_needs_grad) {
-    const Tensor target_scale = div(mul(g, ctx.loss), mul(ctx.target_norm, ctx.target_norm));
-    grads[1] = neg(add(gp, mul(ctx.target, target_scale)));
-  }
-  return grads;
-}
 
 // ---- cross_entropy: L = -(1/N) sum_i log_softmax(logits)[i, target_i] ---------------------------------------
 

@@ -4,28 +4,10 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/column_blocks.h"
+
 namespace shardrt::kernels::cpu {
 namespace {
-
-// Calls with fewer elements than this stay on one thread.
-constexpr int64_t kParallelMin = int64_t{1} << 15;
-// Inner columns one task reduces together: their accumulators fit on the stack, and each read of
-// x[o, k, j0:j1] is contiguous.
-constexpr int64_t kInnerBlock = 256;
-
-// Runs task(o, j0, j1) for every outer row and block of inner columns. Each output element belongs to exactly one
-// task and is reduced serially in k, so the result does not depend on the thread count.
-template <class Task>
-void for_each_block(int64_t outer, int64_t n, int64_t inner, Task task) {
-  const int64_t blocks = (inner + kInnerBlock - 1) / kInnerBlock;
-  const int64_t tasks = outer * blocks;
-#pragma omp parallel for if (outer * n * inner >= kParallelMin) schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int64_t o = t / blocks;
-    const int64_t j0 = (t % blocks) * kInnerBlock;
-    task(o, j0, std::min(inner, j0 + kInnerBlock));
-  }
-}
 
 // Sum of a contiguous row in double. Eight independent partial sums break the add latency chain (and are combined
 // in a fixed order, so the result is reproducible).
@@ -47,11 +29,11 @@ double sum_row(const T* x, int64_t n) {
 template <typename T>
 void scaled_sum(int64_t outer, int64_t n, int64_t inner, const T* x, double scale, T* y) {
   if (inner == 1) {
-#pragma omp parallel for if (outer * n >= kParallelMin) schedule(static)
+#pragma omp parallel for if (outer * n >= kColumnParallelMin) schedule(static)
     for (int64_t o = 0; o < outer; ++o) y[o] = static_cast<T>(sum_row(x + o * n, n) * scale);
     return;
   }
-  for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
+  for_each_column_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
     double acc[kInnerBlock];
     const int64_t len = j1 - j0;
     std::fill(acc, acc + len, 0.0);
@@ -77,7 +59,7 @@ bool replaces(T v, T best) {
 // Max or min with its index; y may be null (argmax only).
 template <typename T, bool Max>
 void reduce_extreme(int64_t outer, int64_t n, int64_t inner, const T* x, T* y, int64_t* idx) {
-  for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
+  for_each_column_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
     T best[kInnerBlock];
     int64_t arg[kInnerBlock];
     const int64_t len = j1 - j0;
@@ -132,7 +114,7 @@ void reduce_argmax(int64_t outer, int64_t n, int64_t inner, const T* x, int64_t*
 
 template <typename T>
 void reduce_logsumexp(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) {
-  for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
+  for_each_column_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
     T shift[kInnerBlock];
     double acc[kInnerBlock];
     const int64_t len = j1 - j0;
@@ -158,14 +140,14 @@ void reduce_logsumexp(int64_t outer, int64_t n, int64_t inner, const T* x, T* y)
 
 template <typename T>
 void reduce_sum_backward(int64_t outer, int64_t n, int64_t inner, const T* gy, T* gx) {
-#pragma omp parallel for if (outer * n * inner >= kParallelMin) schedule(static)
+#pragma omp parallel for if (outer * n * inner >= kColumnParallelMin) schedule(static)
   for (int64_t r = 0; r < outer * n; ++r) std::copy(gy + (r / n) * inner, gy + (r / n + 1) * inner, gx + r * inner);
 }
 
 template <typename T>
 void reduce_mean_backward(int64_t outer, int64_t n, int64_t inner, const T* gy, T* gx) {
   const T scale = T(1) / static_cast<T>(n);
-#pragma omp parallel for if (outer * n * inner >= kParallelMin) schedule(static)
+#pragma omp parallel for if (outer * n * inner >= kColumnParallelMin) schedule(static)
   for (int64_t r = 0; r < outer * n; ++r) {
     const T* src = gy + (r / n) * inner;
     T* dst = gx + r * inner;
@@ -175,7 +157,7 @@ void reduce_mean_backward(int64_t outer, int64_t n, int64_t inner, const T* gy, 
 
 template <typename T>
 void reduce_index_backward(int64_t outer, int64_t n, int64_t inner, const int64_t* idx, const T* gy, T* gx) {
-#pragma omp parallel for if (outer * n * inner >= kParallelMin) schedule(static)
+#pragma omp parallel for if (outer * n * inner >= kColumnParallelMin) schedule(static)
   for (int64_t o = 0; o < outer; ++o) {
     T* block = gx + o * n * inner;
     std::fill(block, block + n * inner, T(0));
@@ -187,7 +169,7 @@ template <typename T>
 void reduce_logsumexp_backward(int64_t outer, int64_t n, int64_t inner, const T* x, const T* y, const T* gy,
                                T* gx) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-#pragma omp parallel for if (outer * n * inner >= kParallelMin) schedule(static)
+#pragma omp parallel for if (outer * n * inner >= kColumnParallelMin) schedule(static)
   for (int64_t r = 0; r < outer * n; ++r) {
     const int64_t o = r / n;
     const T* xr = x + r * inner;

@@ -4,27 +4,10 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/column_blocks.h"
+
 namespace shardrt::kernels::cpu {
 namespace {
-
-// Calls with fewer elements than this stay on one thread.
-constexpr int64_t kParallelMin = int64_t{1} << 15;
-// Inner columns one task handles together; per-column statistics live on the stack.
-constexpr int64_t kInnerBlock = 256;
-
-// Runs slice(o, j0, j1) for every outer row and block of inner columns; each task owns its columns entirely, so
-// the result does not depend on the thread count.
-template <class Slice>
-void for_each_block(int64_t outer, int64_t n, int64_t inner, Slice slice) {
-  const int64_t blocks = (inner + kInnerBlock - 1) / kInnerBlock;
-  const int64_t tasks = outer * blocks;
-#pragma omp parallel for if (outer * n * inner >= kParallelMin) schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int64_t o = t / blocks;
-    const int64_t j0 = (t % blocks) * kInnerBlock;
-    slice(o, j0, std::min(inner, j0 + kInnerBlock));
-  }
-}
 
 // Softmax (Log = false) or log-softmax (Log = true) of the columns [j0, j1) of outer row o. Rows = true is the
 // inner == 1 fast path: with the column count fixed at 1 at compile time the column loops vanish and each slice
@@ -105,11 +88,11 @@ void softmax_backward_slice(int64_t n, int64_t inner_size, const T* y, const T* 
 template <typename T, bool Log>
 void softmax_forward(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) {
   if (inner == 1) {
-    for_each_block(outer, n, 1, [&](int64_t o, int64_t j0, int64_t j1) {
+    for_each_column_block(outer, n, 1, [&](int64_t o, int64_t j0, int64_t j1) {
       softmax_slice<T, Log, true>(n, 1, x, y, o, j0, j1);
     });
   } else {
-    for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
+    for_each_column_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
       softmax_slice<T, Log, false>(n, inner, x, y, o, j0, j1);
     });
   }
@@ -118,11 +101,11 @@ void softmax_forward(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) 
 template <typename T, bool Log>
 void softmax_grad(int64_t outer, int64_t n, int64_t inner, const T* y, const T* gy, T* gx) {
   if (inner == 1) {
-    for_each_block(outer, n, 1, [&](int64_t o, int64_t j0, int64_t j1) {
+    for_each_column_block(outer, n, 1, [&](int64_t o, int64_t j0, int64_t j1) {
       softmax_backward_slice<T, Log, true>(n, 1, y, gy, gx, o, j0, j1);
     });
   } else {
-    for_each_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
+    for_each_column_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
       softmax_backward_slice<T, Log, false>(n, inner, y, gy, gx, o, j0, j1);
     });
   }
