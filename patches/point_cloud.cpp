@@ -1,0 +1,181 @@
+// kNN and radius search (ball query with a maximum neighbour count) with sharded points.
+//
+// Accepted placements: points (Np, D) Shard(0) on at most one mesh axis A and Replicate on every other axis;
+//   queries (Nq, D) Shard(0) or Replicate on every axis; same mesh, same float dtype, same D. Partial, a sharded
+//   coordinate dim, or points sharded on two axes -> MissingShardPatch. k / max_points >= 1, radius >= 0.
+// Output: index (i64), distance (points' dtype) of global shape (Nq, k) and count (i64, (Nq)), all with the
+//   queries' placements and per-rank extents (computed locally). Order: by distance (compared as exact f64
+//   squared distances), then by global point index; padding index -1 / distance +inf / not counted.
+// Points replicated on every axis: the local search, no collective.
+// Points Shard(0) on A: a ring over the P point shards of A. At step s this rank holds the block of coordinate
+//   (me - s) mod P, whose global offset (prefix sum of the spec's extents) and size are known locally, so only the
+//   coordinates travel — nothing else is shifted. The next block's ring_shift_async is in flight while the current
+//   one is searched; each step merges the block into every query's running best list (insertion into a sorted
+//   list of at most k entries), so the results never exceed O(Nq_local * k).
+// Forward collectives (points sharded, P > 1): P - 1 ring_shift on A under "knn.forward" /
+//   "radius_search.forward"; step s sends the block of coordinate (me - s) mod P: bytes = sum over s = 0..P-2 of
+//   extent[(me - s) mod P] * D * itemsize (every block but the one this rank would receive back).
+// Backward: none (integer results; distances are not differentiable here). Features are gathered with
+//   gather_neighbor_features = gather_global (patches/index.cpp): its backward scatter-adds into the owners.
+// Memory per rank: two point blocks (current and in flight), O(Np / P * D), plus the results O(Nq_local * k).
+#include "patches/point_cloud.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "patches/dispatch.h"
+#include "patches/norm_index.h"
+#include "patches/patch_util.h"
+
+namespace shardrt {
+
+namespace {
+
+struct SearchParams {
+  const char* op;
+  int64_t k;
+  double radius2;  // +inf for knn
+};
+
+// Per query, its best (squared distance, global index) pairs, sorted, at most k.
+using Best = std::vector<std::vector<std::pair<double, int64_t>>>;
+
+std::vector<double> host_f64(const Tensor& t) {
+  const Tensor h = t.detach().to(Device::cpu()).to(DType::f64).contiguous();
+  const double* p = h.data<double>();
+  return std::vector<double>(p, p + h.numel());
+}
+
+// Merges the points block (n x d, global indices from `offset`) into `best`.
+void search_block(Best& best, const std::vector<double>& q, const std::vector<double>& pts, int64_t d,
+                  int64_t offset, const SearchParams& sp) {
+  const int64_t nq = static_cast<int64_t>(best.size()), np = d == 0 ? 0 : static_cast<int64_t>(pts.size()) / d;
+  for (int64_t i = 0; i < nq; ++i) {
+    auto& list = best[i];
+    const double* qi = q.data() + i * d;
+    for (int64_t j = 0; j < np; ++j) {
+      const double* pj = pts.data() + j * d;
+      double d2 = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        const double diff = qi[c] - pj[c];
+        d2 += diff * diff;
+      }
+      if (!(d2 <= sp.radius2)) continue;
+      const std::pair<double, int64_t> cand{d2, offset + j};
+      if (static_cast<int64_t>(list.size()) == sp.k && !(cand < list.back())) continue;
+      list.insert(std::upper_bound(list.begin(), list.end(), cand), cand);
+      if (static_cast<int64_t>(list.size()) > sp.k) list.pop_back();
+    }
+  }
+}
+
+Neighbors results(const Best& best, const ShardTensor& points, const ShardTensor& queries, const SearchParams& sp) {
+  const int64_t nq = static_cast<int64_t>(best.size()), k = sp.k;
+  Tensor idx = Tensor::empty({nq, k}, DType::i64, Device::cpu());
+  Tensor dist = Tensor::empty({nq, k}, DType::f64, Device::cpu());
+  Tensor cnt = Tensor::empty({nq}, DType::i64, Device::cpu());
+  int64_t* pi = idx.data<int64_t>();
+  double* pd = dist.data<double>();
+  int64_t* pc = cnt.data<int64_t>();
+  for (int64_t i = 0; i < nq; ++i) {
+    const auto& list = best[i];
+    pc[i] = static_cast<int64_t>(list.size());
+    for (int64_t j = 0; j < k; ++j) {
+      const bool valid = j < static_cast<int64_t>(list.size());
+      pi[i * k + j] = valid ? list[j].second : -1;
+      pd[i * k + j] = valid ? std::sqrt(list[j].first) : std::numeric_limits<double>::infinity();
+    }
+  }
+  const Device dev = points.device();
+  const ShardSpec& qs = queries.spec();
+  const ShardSpec pair_spec = qs.with(qs.placements(), {queries.global_shape()[0], k}, qs.all_extents(), sp.op);
+  const ShardSpec count_spec = qs.with(qs.placements(), {queries.global_shape()[0]}, qs.all_extents(), sp.op);
+  return {ShardTensor(idx.to(dev), pair_spec), ShardTensor(dist.to(points.dtype()).to(dev), pair_spec),
+          ShardTensor(cnt.to(dev), count_spec)};
+}
+
+void check_args(const ShardTensor& points, const ShardTensor& queries, const SearchParams& sp) {
+  SHARDRT_CHECK(points.dtype() == queries.dtype() && (points.dtype() == DType::f64 || points.dtype() == DType::f32),
+                DTypeError, sp.op, ": points ", points.str(), " and queries ", queries.str(),
+                " must share an f32/f64 dtype");
+  SHARDRT_CHECK(points.global_shape()[1] == queries.global_shape()[1], ShapeError, sp.op, ": points ", points.str(),
+                " and queries ", queries.str(), " differ in the coordinate dim");
+  SHARDRT_CHECK(sp.k >= 1, ValueError, sp.op, ": the neighbour count must be >= 1, got ", sp.k);
+  SHARDRT_CHECK(sp.radius2 >= 0, ValueError, sp.op, ": the radius must be >= 0");
+}
+
+// Accepts when both are (N, D) on one mesh, no Partial, only dim 0 sharded, points sharded on <= 1 axis.
+bool accepts(const ShardTensor& points, const ShardTensor& queries) {
+  if (points.dim() != 2 || queries.dim() != 2 || !same_mesh(points.mesh(), queries.mesh())) return false;
+  if (points.spec().any_partial() || queries.spec().any_partial()) return false;
+  if (points.spec().axis_sharding(1) >= 0 || queries.spec().axis_sharding(1) >= 0) return false;
+  return true;
+}
+
+Neighbors search(const ShardTensor& points, const ShardTensor& queries, const SearchParams& sp) {
+  check_args(points, queries, sp);
+  const int64_t d = points.global_shape()[1];
+  const std::vector<double> q = host_f64(queries.local());
+  Best best(static_cast<size_t>(queries.local().size(0)));
+  const int axis = points.spec().axis_sharding(0);
+  if (axis < 0) {
+    search_block(best, q, host_f64(points.local()), d, 0, sp);
+    return results(best, points, queries, sp);
+  }
+  const Communicator& comm = patch::axis_comm(points.mesh(), axis);
+  const int p = comm.size(), me = comm.rank();
+  const std::vector<int64_t>& ext = points.spec().extents(axis);
+  std::vector<int64_t> off(p, 0);
+  for (int j = 1; j < p; ++j) off[j] = off[j - 1] + ext[j - 1];
+  const std::string label = std::string(sp.op) + ".forward";
+  Tensor cur = points.local().detach().contiguous();
+  for (int s = 0; s < p; ++s) {
+    const int src = ((me - s) % p + p) % p;
+    Tensor next;
+    std::optional<CommHandle> inflight;
+    if (s + 1 < p) {
+      const int next_src = ((me - s - 1) % p + p) % p;
+      next = Tensor::empty({ext[next_src], d}, cur.dtype(), cur.device());
+      auto scope = comm.ledger().scope(label);
+      inflight.emplace(comm.ring_shift_async(cur, next, 1));
+    }
+    search_block(best, q, host_f64(cur), d, off[src], sp);
+    if (inflight) {
+      inflight->wait();
+      cur = next;
+    }
+  }
+  return results(best, points, queries, sp);
+}
+
+}  // namespace
+
+Neighbors knn(const ShardTensor& points, const ShardTensor& queries, int64_t k) {
+  using P = Patch<Neighbors(ShardTensor, ShardTensor, int64_t)>;
+  static const std::vector<P> table = {
+      {"knn/points-ring-or-local", [](const ShardTensor& p, const ShardTensor& q, int64_t) { return accepts(p, q); },
+       [](const ShardTensor& p, const ShardTensor& q, int64_t kk) {
+         return search(p, q, {"knn", kk, std::numeric_limits<double>::infinity()});
+       }}};
+  return dispatch_patch("knn", table, {&points, &queries}, points, queries, k);
+}
+
+Neighbors radius_search(const ShardTensor& points, const ShardTensor& queries, double radius, int64_t max_points) {
+  using P = Patch<Neighbors(ShardTensor, ShardTensor, double, int64_t)>;
+  static const std::vector<P> table = {
+      {"radius_search/points-ring-or-local",
+       [](const ShardTensor& p, const ShardTensor& q, double, int64_t) { return accepts(p, q); },
+       [](const ShardTensor& p, const ShardTensor& q, double r, int64_t m) {
+         return search(p, q, {"radius_search", m, r < 0 ? -1.0 : r * r});
+       }}};
+  return dispatch_patch("radius_search", table, {&points, &queries}, points, queries, radius, max_points);
+}
+
+ShardTensor gather_neighbor_features(const ShardTensor& features, const ShardTensor& neighbors) {
+  return gather_global(features, 0, neighbors);
+}
+
+}  // namespace shardrt
