@@ -9,6 +9,7 @@
 #include "patches/dispatch.h"
 #include "patches/domain_batch.h"
 #include "patches/errors.h"
+#include "patches/ops.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
@@ -339,8 +340,8 @@ TEST_CASE("backward_global: each rank seeds its window; Partial roots take the w
 TEST_CASE("describe_placements and dispatch_patch: MissingShardPatch names the op and placements", "[core][dispatch]") {
   const Mesh mesh = world_1d();
   const ShardTensor a = distribute(iota({4, 2}), mesh, {S(0)}), b = distribute(iota({4, 2}), mesh, {R});
-  CHECK(describe_placements({&a, &b}) == "(S(0)) and (R)");
-  CHECK(describe_placements({&a, &b, &a}) == "(S(0)), (R) and (S(0))");
+  CHECK(describe_placements({&a, &b}) == "(S(0)) global [4, 2] and (R) global [4, 2]");
+  CHECK(describe_placements({&a, &b, &a}) == "(S(0)) global [4, 2], (R) global [4, 2] and (S(0)) global [4, 2]");
   using Fn = int(const ShardTensor&, const ShardTensor&);
   const std::vector<Patch<Fn>> table = {
       {"both-replicate",
@@ -355,7 +356,20 @@ TEST_CASE("describe_placements and dispatch_patch: MissingShardPatch names the o
   CHECK_THROWS_AS((dispatch_patch<int, const ShardTensor&, const ShardTensor&>("op", table, {&a, &b}, a, b)),
                   MissingShardPatch);
   CHECK_THROWS_WITH((dispatch_patch<int, const ShardTensor&, const ShardTensor&>("op", table, {&a, &b}, a, b)),
-                    Catch::Contains("op: no patch for placements (S(0)) and (R)"));
+                    Catch::Contains("op: no patch for placements (S(0)) global [4, 2] and (R) global [4, 2]"));
+}
+
+TEST_CASE("inputs on different meshes: MissingShardPatch on every rank, saying so", "[core][dispatch]") {
+  const Mesh one = world_1d(), other = world_1d();  // same ranks, different meshes
+  const ShardTensor a = distribute(iota({4, 2}), one, {S(0)}), b = distribute(iota({4, 2}), other, {S(0)});
+  bool threw = false;
+  try {
+    add(a, b);
+  } catch (const MissingShardPatch& e) {
+    threw = std::string(e.what()).find("different meshes") != std::string::npos;
+  }
+  CHECK(threw);
+  CHECK(same_on_every_rank(threw));
 }
 
 TEST_CASE("a domain group carries one sample: a larger batch is a ShapeError on every rank", "[core][spec]") {
