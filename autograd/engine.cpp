@@ -1,5 +1,7 @@
 #include "autograd/engine.h"
 
+#include <atomic>
+#include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -15,6 +17,14 @@
 
 namespace shardrt {
 
+namespace {
+// Recording order of nodes, process-wide (see the ready queue in backward()).
+uint64_t next_sequence_nr() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1);
+}
+}  // namespace
+
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
   if (!grad_mode_enabled()) return false;
   for (const Tensor& t : inputs)
@@ -25,6 +35,7 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 std::vector<Tensor> attach_node(std::shared_ptr<Node> node, const char* name, const std::vector<Tensor>& inputs,
                                 const std::vector<Tensor>& outputs) {
   node->name = name;
+  node->sequence_nr = next_sequence_nr();
   node->inputs.reserve(inputs.size());
   for (const Tensor& t : inputs) {
     Edge e = t.defined() ? gradient_edge(t) : Edge{};
@@ -162,15 +173,23 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   }
 
   // Run nodes whose consumers have all delivered their grads.
-  std::vector<std::shared_ptr<Node>> ready;
+  // Among the nodes whose consumers are done, run the most recently recorded first. Every node's consumers were
+  // recorded after it, so this runs the nodes in exactly the reverse of their recording order. That order is a
+  // function of the forward program alone: ranks whose graphs differ in local-only nodes (an edge rank's extra
+  // pad) still run the nodes with collectives in the same relative order, so their backward collectives match.
+  auto later_first = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
+    return a->sequence_nr < b->sequence_nr;
+  };
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, decltype(later_first)> ready(
+      later_first);
   {
     std::unordered_set<Node*> queued;
     for (auto& s : starts)
-      if (dependencies[s.get()] == 0 && queued.insert(s.get()).second) ready.push_back(s);
+      if (dependencies[s.get()] == 0 && queued.insert(s.get()).second) ready.push(s);
   }
   while (!ready.empty()) {
-    std::shared_ptr<Node> node = ready.back();
-    ready.pop_back();
+    std::shared_ptr<Node> node = ready.top();
+    ready.pop();
     std::vector<Tensor> grad_out = std::move(pending[node.get()]);
     pending.erase(node.get());
     grad_out.resize(node->outputs.size());
@@ -199,7 +218,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
         check_grad_shape(*node, i, g, e.shape);
         add_pending(pending, *next, e.output_nr, g);
       }
-      if (--dependencies[next] == 0) ready.push_back(e.node);
+      if (--dependencies[next] == 0) ready.push(e.node);
     }
   }
 }

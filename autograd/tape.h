@@ -49,6 +49,7 @@ class Node {
   virtual void release() = 0;
 
   std::string name;
+  uint64_t sequence_nr = 0;  // recording order; backward runs nodes in reverse of it
   std::vector<Edge> inputs;
   std::vector<OutputInfo> outputs;
 };

@@ -29,7 +29,9 @@ std::vector<ShardTensor> conv_transpose_fn(const std::vector<ShardTensor>& in, c
 
 // The halo lines of one exchange per direction (forward and backward move the same bytes) plus the packed
 // weight+bias all-reduce.
+// On one rank nothing is split: no halo, only the (0-byte) all-reduce.
 std::vector<ExpectedComm> halo_comms(const std::string& axis, int64_t fwd_bytes, int64_t wb_bytes) {
+  if (world_size() == 1) return {{"conv.backward", "all_reduce", axis, 1, wb_bytes}};
   return {{"conv.forward", "halo_exchange", axis, 1, fwd_bytes},
           {"conv.backward", "halo_exchange", axis, 1, fwd_bytes},
           {"conv.backward", "all_reduce", axis, 1, wb_bytes}};
@@ -48,8 +50,10 @@ TEST_CASE("patch conv: halo conv1d over a 1-D mesh, padding, dilation, kernel 5"
   const int64_t slice = 2 * 3 * 8;
   for (const Cfg& cfg : {Cfg{"k3 p1", 3, 1, 1}, Cfg{"k3 p0", 3, 0, 1}, Cfg{"k3 p2 d2", 3, 2, 2}, Cfg{"k5 p2", 5, 2, 1}}) {
     const int64_t h = cfg.dil * (cfg.k - 1) / 2;
-    ShardedCase c = sharded_case(std::string("conv1d ") + cfg.name, {rnd({2, 3, 13}, 100)},
-                                 {on_line(Placement::Shard(2))}, Ext{{split_extents(13, p)}});
+    // 23 over <= 4 ranks: shards of >= 5, so kernel 3 takes the overlapped slab path; kernel 5 (>= 7 needed) the
+    // padded one beyond 2 ranks.
+    ShardedCase c = sharded_case(std::string("conv1d ") + cfg.name, {rnd({2, 3, 23}, 100)},
+                                 {on_line(Placement::Shard(2))}, Ext{{split_extents(23, p)}});
     c.params = {rnd({4, 3, cfg.k}, 101), rnd({4}, 102)};
     check_patch(line, conv_fn({1}, {cfg.pad}, {cfg.dil}), c,
                 halo_comms("domain", halo_bytes(r, p, h, slice), all_reduce_bytes(4 * 3 * cfg.k + 4, 8, p)));
@@ -86,12 +90,14 @@ TEST_CASE("patch conv: halo conv2d over the 2x2 mesh, H over dx and W over dy (c
   if (!has_grid()) return;
   const Mesh& grid = grid_mesh();
   const Placements pl = {Placement::Shard(2), Placement::Shard(3)};
-  for (int64_t pad : {1, 0}) {
-    ShardedCase c = sharded_case("conv2d 2x2 pad " + std::to_string(pad), {rnd({1, 2, 9, 7}, 120)}, {pl});
+  // W = 7 (shards of 4, 3: the padded path) and W = 12 (shards of 6: W's exchange overlaps the interior).
+  for (auto [pad, width] : {std::pair<int64_t, int64_t>{1, 7}, {0, 7}, {1, 12}}) {
+    ShardedCase c = sharded_case("conv2d 2x2 pad " + std::to_string(pad) + " W " + std::to_string(width),
+                                 {rnd({1, 2, 9, width}, 120)}, {pl});
     c.params = {rnd({3, 2, 3, 3}, 121), rnd({3}, 122)};
     // H is exchanged first on the local (eh, ew) block: one slice = 2*ew f64; then W on the H-padded block
     // (eh + 1 + pad rows): one slice = 2*(eh + 1 + pad) f64.
-    const int64_t eh = split_extents(9, 2)[grid.coord("dx")], ew = split_extents(7, 2)[grid.coord("dy")];
+    const int64_t eh = split_extents(9, 2)[grid.coord("dx")], ew = split_extents(width, 2)[grid.coord("dy")];
     const int64_t wb = all_reduce_bytes(3 * 2 * 9 + 3, 8, 2);
     std::vector<ExpectedComm> want = halo_comms("dx", 2 * ew * 8, wb);
     for (const ExpectedComm& e : halo_comms("dy", 2 * (eh + 1 + pad) * 8, wb)) want.push_back(e);
@@ -115,6 +121,13 @@ TEST_CASE("patch conv: patchify (kernel == stride) and conv_transpose: no halo",
   check_patch(line, conv_transpose_fn, ct,
               {{"conv_transpose.backward", "all_reduce", "domain", 1, all_reduce_bytes(3 * 2 * 2 + 2, 8, p)}});
   if (has_grid()) {
+    // Patchify over both sharded dims: extents 4,4 (H over dx) and 2,2 (W over dy), all multiples of 2.
+    ShardedCase pg = sharded_case("patchify conv2d 2x2", {rnd({1, 3, 8, 4}, 139)},
+                                  {{Placement::Shard(2), Placement::Shard(3)}});
+    pg.params = {rnd({4, 3, 2, 2}, 131), rnd({4}, 132)};
+    const int64_t pb = all_reduce_bytes(4 * 3 * 4 + 4, 8, 2);
+    check_patch(grid_mesh(), conv_fn({2}, {0}, {1}), pg,
+                {{"conv.backward", "all_reduce", "dx", 1, pb}, {"conv.backward", "all_reduce", "dy", 1, pb}});
     ShardedCase g = sharded_case("conv_transpose2d 2x2", {rnd({1, 3, 5, 3}, 136)},
                                  {{Placement::Shard(2), Placement::Shard(3)}});
     g.params = {rnd({3, 2, 2, 2}, 137), rnd({2}, 138)};
@@ -131,6 +144,12 @@ TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[pa
   const Tensor x = rnd({1, 2, 13}, 140);
   const ShardTensor xs = distribute(x, line, on_line(Placement::Shard(2)));
   const Tensor w3 = rnd({2, 2, 3}, 141), w2 = rnd({2, 2, 2}, 142);
+  if (p == 1) {
+    // An axis of one rank splits nothing: every configuration of the local op is accepted.
+    CHECK(conv(xs, w3, Tensor(), {2}, {1}, {1}).global_shape() == Shape{1, 2, 7});
+    CHECK(conv(xs, w2, Tensor(), {2}, {0}, {1}).global_shape() == Shape{1, 2, 6});
+    return;
+  }
   // Stride 2 with kernel 3; even kernel with stride 1; patchify with extents not multiples of the stride (13 is odd).
   CHECK_THROWS_AS(conv(xs, w3, Tensor(), {2}, {1}, {1}), MissingShardPatch);
   CHECK_THROWS_AS(conv(xs, w2, Tensor(), {1}, {0}, {1}), MissingShardPatch);

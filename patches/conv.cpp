@@ -1,0 +1,246 @@
+// Sharded convolution (conv1d/2d/3d) and transposed convolution over sharded spatial dims.
+//
+// Accepted placements: x (B, Cin, *spatial) with every mesh axis Replicate or Shard(d), d the batch dim or a
+//   spatial dim; w, bias plain replicated Tensors. Per sharded spatial dim (k kernel, s stride, p padding,
+//   dl dilation, K = dl*(k-1)+1, h = (K-1)/2, e_j the extent of coordinate j of P):
+//     halo:     s == 1, K odd, any p; every e_j >= max(h, 1) and every output extent >= 1;
+//     patchify: k == s, p == 0, dl == 1; every e_j a positive multiple of s.
+//   Unsharded dims, and dims sharded over an axis of one rank: any s/p/dl (the local op). Anything else (s > 1
+//   with k != s, an even K that is not a patchify, a shard thinner than the halo, a zero-size shard, a sharded
+//   channel dim, Partial) -> MissingShardPatch with the reason, decided from the spec alone (same on every rank).
+//   conv_transpose (kernel == stride, no padding): any positive extents.
+// Output: x's placements; per-rank extents computed locally from every rank's extents: halo dims
+//   e_j + lw_j + rw_j - 2h (lw_j = h for j > 0 else p, rw_j = h for j < P-1 else p: interior ranks get halos,
+//   only the global edges get zero padding); patchify dims e_j / s; conv_transpose dims e_j * k.
+// Forward collectives: per halo dim, one halo_exchange on its axis under "conv.forward": h slices of the input
+//   (padded already along the halo dims exchanged before it, so 2-D meshes fill the corners) to each existing
+//   neighbour. The last halo dim's exchange is asynchronous and moves only the slabs (no padded copy of the
+//   local input) when every extent of its axis is >= 2h+3: the interior outputs (those that need no halo) are
+//   computed on the local tensor while the slabs travel, then the two edge strips [slab | 2h+1 slices],
+//   [2h+1 slices | slab]. Thinner shards, and earlier halo dims (2-D meshes), exchange blocking into a padded
+//   copy. Patchify / conv_transpose / batch-sharded: none.
+// Backward collectives: per halo dim, one halo_exchange under "conv.backward" returning the halo grads to their
+//   owners (same bytes as forward), then, when w or bias requires grad, one all_reduce (sum) of the packed
+//   w+bias grad per axis where x is Shard under "conv.backward": (numel(w)+numel(b)) * max(4, itemsize) * (P-1).
+// Saved for backward per rank: the local convs' inputs — the local input itself (no copy on a 1-D split; a
+//   padded copy per earlier halo dim on 2-D meshes) and the two edge strips (O(halo)) — and the weight:
+//   O(local + halo).
+#include <algorithm>
+#include <functional>
+
+#include "patches/conv.h"
+#include "patches/dispatch.h"
+#include "patches/errors.h"
+#include "patches/patch_util.h"
+
+namespace shardrt {
+
+namespace {
+
+std::vector<int64_t> per_dim(const std::vector<int64_t>& v, int nd, int64_t dflt) {
+  if (v.empty()) return std::vector<int64_t>(nd, dflt);
+  if (v.size() == 1) return std::vector<int64_t>(nd, v[0]);
+  return v;
+}
+
+std::string ext_str(const std::vector<int64_t>& e) {
+  std::string s;
+  for (size_t i = 0; i < e.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(e[i]);
+  }
+  return s;
+}
+
+}  // namespace
+
+namespace patch {
+
+std::string placement_problem(const ShardTensor& x) {
+  if (x.dim() < 3 || x.dim() > 5) return "expected (B, C, *spatial) with 1-3 spatial dims";
+  if (x.spec().any_partial()) return "Partial input (a pending sum)";
+  if (x.spec().axis_sharding(1) >= 0) return "the channel dim is sharded";
+  return "";
+}
+
+WindowPlan plan_window(const ShardTensor& x, const std::vector<int64_t>& kernel_in, const std::vector<int64_t>& stride,
+                       const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation) {
+  WindowPlan plan;
+  plan.why_not = placement_problem(x);
+  if (!plan.why_not.empty()) return plan;
+  const int nd = x.dim() - 2;
+  const std::vector<int64_t> kernel = per_dim(kernel_in, nd, 1);
+  plan.stride = per_dim(stride, nd, 1);
+  plan.padding = per_dim(padding, nd, 0);
+  plan.dilation = per_dim(dilation, nd, 1);
+  if (static_cast<int>(kernel.size()) != nd || static_cast<int>(plan.stride.size()) != nd ||
+      static_cast<int>(plan.padding.size()) != nd || static_cast<int>(plan.dilation.size()) != nd) {
+    plan.why_not = "kernel/stride/padding/dilation do not match the spatial dims";
+    return plan;
+  }
+  for (int i = 0; i < nd; ++i) {
+    WindowDim dp;
+    dp.dim = 2 + i;
+    dp.axis = x.spec().axis_sharding(dp.dim);
+    const int64_t k = kernel[i], s = plan.stride[i], p = plan.padding[i], dl = plan.dilation[i];
+    if (dp.axis < 0) continue;
+    const std::vector<int64_t>& e = x.spec().extents(dp.axis);
+    const int P = static_cast<int>(e.size());
+    const std::string where = "dim " + std::to_string(dp.dim) + " (extents " + ext_str(e) + ")";
+    if (P == 1) {
+      // An axis of one rank splits nothing: the local op with its own stride, padding and dilation.
+      const int64_t span = e[0] + 2 * p - (dl * (k - 1) + 1);
+      if (span < 0) {
+        plan.why_not = "the kernel does not fit " + where;
+        return plan;
+      }
+      dp.out_extents.push_back(span / s + 1);
+      plan.dims.push_back(dp);
+      continue;
+    }
+    if (*std::min_element(e.begin(), e.end()) == 0) {
+      plan.why_not = "a zero-size shard on " + where + " (the local kernel needs at least one output position)";
+      return plan;
+    }
+    if (k == s && p == 0 && dl == 1) {
+      dp.kind = WindowKind::patchify;
+      for (int64_t ej : e) {
+        if (ej % s != 0) {
+          plan.why_not = "kernel == stride " + std::to_string(s) + " but a shard extent on " + where +
+                         " is not a multiple of the stride";
+          return plan;
+        }
+        dp.out_extents.push_back(ej / s);
+      }
+    } else if (s == 1) {
+      const int64_t K = dl * (k - 1) + 1;
+      if (K % 2 == 0) {
+        plan.why_not = "even effective kernel " + std::to_string(K) + " on " + where + " needs an asymmetric halo";
+        return plan;
+      }
+      dp.kind = WindowKind::halo;
+      dp.halo = (K - 1) / 2;
+      for (int j = 0; j < P; ++j) {
+        dp.widths.left.push_back(j > 0 ? dp.halo : p);
+        dp.widths.right.push_back(j < P - 1 ? dp.halo : p);
+        if (P > 1 && e[j] < dp.halo) {
+          plan.why_not = "a shard on " + where + " is thinner than the halo " + std::to_string(dp.halo);
+          return plan;
+        }
+        const int64_t out = e[j] + dp.widths.left[j] + dp.widths.right[j] - 2 * dp.halo;
+        if (out < 1) {
+          plan.why_not = "an edge shard on " + where + " gets no output position (padding " + std::to_string(p) +
+                         " < halo " + std::to_string(dp.halo) + ")";
+          return plan;
+        }
+        dp.out_extents.push_back(out);
+      }
+      plan.padding[i] = 0;  // the halo op pads this dim
+    } else {
+      plan.why_not = "stride " + std::to_string(s) + " with kernel " + std::to_string(k) + " on " + where +
+                     " (only stride 1 with a halo, or kernel == stride)";
+      return plan;
+    }
+    plan.dims.push_back(dp);
+  }
+  return plan;
+}
+
+ShardTensor wrap_output(const ShardTensor& x, const Tensor& y, const std::vector<WindowDim>& dims) {
+  std::vector<std::vector<int64_t>> ext = x.spec().all_extents();
+  if (ext.empty()) ext = patch::no_extents(x.mesh());
+  Shape global = y.shape();
+  for (int m = 0; m < x.mesh().ndim(); ++m)
+    if (x.spec().placement(m).is_shard()) {
+      const int d = x.spec().placement(m).dim;
+      global[d] = x.global_shape()[d];
+    }
+  for (const WindowDim& dp : dims) {
+    ext[dp.axis] = dp.out_extents;
+    int64_t total = 0;
+    for (int64_t v : dp.out_extents) total += v;
+    global[dp.dim] = total;
+  }
+  return ShardTensor(y, x.spec().with(x.placements(), global, ext));
+}
+
+ShardTensor run_window(const char* op, const ShardTensor& x, const WindowPlan& plan, double edge_value,
+                       const std::function<Tensor(const Tensor&)>& local_conv) {
+  std::vector<const WindowDim*> halos;
+  for (const WindowDim& dp : plan.dims)
+    if (dp.kind == WindowKind::halo) halos.push_back(&dp);
+  Tensor in = x.local();
+  Tensor y;
+  if (halos.empty()) {
+    y = local_conv(in);
+  } else {
+    for (size_t i = 0; i + 1 < halos.size(); ++i) {
+      const WindowDim& dp = *halos[i];
+      in = halo_pad(op, in, x.mesh(), dp.axis, dp.dim, dp.widths, edge_value, false).padded;
+    }
+    // The last halo dim: interior outputs while its halos travel, then the edge strips.
+    const WindowDim& dp = *halos.back();
+    const int64_t n = in.size(dp.dim), h = dp.halo;
+    // The path and the graph's structure must be the same on every rank (the backward engine orders nodes by
+    // structure, and the collectives must come in the same order everywhere), so the choice is made from every
+    // rank's extent, and every rank builds the same three parts even where a slab is empty (a global edge).
+    const std::vector<int64_t>& e = x.spec().extents(dp.axis);
+    if (e.size() > 1 && *std::min_element(e.begin(), e.end()) >= 2 * h + 3) {
+      // Only the halo slabs are received (no padded copy of the local input). While they travel, the outputs
+      // that need no halo are computed on the local tensor itself (no copy; its first and last output are
+      // dropped: the strips recompute them); then the edge strips [left slab | 2h+1 slices] and
+      // [2h+1 slices | right slab], one output more than their slab each.
+      HaloSlabs hs = halo_slabs(op, in, x.mesh(), dp.axis, dp.dim, dp.widths, edge_value);
+      const Tensor interior = narrow(local_conv(in), dp.dim, 1, n - 2 * h - 2);
+      hs.pending.wait();
+      const Tensor left = local_conv(cat({hs.left, narrow(in, dp.dim, 0, 2 * h + 1)}, dp.dim));
+      const Tensor right = local_conv(cat({narrow(in, dp.dim, n - 2 * h - 1, 2 * h + 1), hs.right}, dp.dim));
+      y = cat({left, interior, right}, dp.dim);
+    } else {
+      y = local_conv(halo_pad(op, in, x.mesh(), dp.axis, dp.dim, dp.widths, edge_value, false).padded);
+    }
+  }
+  return wrap_output(x, y, plan.dims);
+}
+
+}  // namespace patch
+
+ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride,
+                 const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation) {
+  std::vector<int64_t> kernel;
+  for (int d = 2; d < w.dim(); ++d) kernel.push_back(w.size(d));
+  if (w.dim() != x.dim()) kernel.clear();
+  const patch::WindowPlan plan = patch::plan_window(x, kernel, stride, padding, dilation);
+  if (!plan.why_not.empty())
+    throw MissingShardPatch(detail::concat("conv: no patch for placements ", describe_placements({&x}), " on ",
+                                           x.spec().str(), ": ", plan.why_not));
+  const std::vector<Tensor> p = patch::reduce_grads_over("conv", x.mesh(), patch::shard_axes(x.spec()), {w, bias});
+  return patch::run_window("conv", x, plan, 0.0, [&](const Tensor& in) {
+    return conv(in, p[0], p[1], plan.stride, plan.padding, plan.dilation);
+  });
+}
+
+ShardTensor conv_transpose(const ShardTensor& x, const Tensor& w, const Tensor& bias) {
+  std::string why = patch::placement_problem(x);
+  std::vector<patch::WindowDim> dims;
+  for (int d = 2; why.empty() && d < x.dim(); ++d) {
+    patch::WindowDim dp;
+    dp.dim = d;
+    dp.axis = x.spec().axis_sharding(d);
+    if (dp.axis < 0) continue;
+    dp.kind = patch::WindowKind::patchify;
+    for (int64_t e : x.spec().extents(dp.axis)) {
+      if (e == 0) why = "a zero-size shard on dim " + std::to_string(d);
+      dp.out_extents.push_back(e * w.size(d));
+    }
+    dims.push_back(dp);
+  }
+  if (!why.empty())
+    throw MissingShardPatch(detail::concat("conv_transpose: no patch for placements ", describe_placements({&x}),
+                                           " on ", x.spec().str(), ": ", why));
+  const std::vector<Tensor> p =
+      patch::reduce_grads_over("conv_transpose", x.mesh(), patch::shard_axes(x.spec()), {w, bias});
+  return patch::wrap_output(x, conv_transpose(x.local(), p[0], p[1]), dims);
+}
+
+}  // namespace shardrt

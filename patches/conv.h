@@ -1,0 +1,111 @@
+// Sharded convolution, pooling, upsampling and padding over sharded spatial dims (patches/conv.cpp,
+// patches/pool_upsample_pad.cpp), and the differentiable halo op they are built on (patches/halo.cpp).
+//
+// x is (B, C, *spatial) with 1-3 spatial dims, as in autograd/ops.h. Any spatial dim may be sharded by any mesh
+// axis (1-D meshes, and 2-D meshes with two spatial dims sharded); the batch dim may be sharded too (no halo).
+// A sharded channel dim, Partial, or a configuration the patch cannot split exactly is a MissingShardPatch
+// naming the reason, decided identically on every rank from the spec (every rank's extents are known locally).
+// Weights and biases are plain replicated Tensors; their grads are summed over the sharded axes once.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "mesh/comm_handle.h"
+#include "mesh/comm_types.h"
+#include "patches/shard_tensor.h"
+
+namespace shardrt {
+
+// Stride-1 odd effective kernels (dilation allowed, any symmetric padding: zeros only at the GLOBAL edges) get a
+// halo of dilation*(k-1)/2 on each sharded spatial dim; kernel == stride (padding 0, dilation 1) is a local
+// "patchify" (every rank's extent a multiple of the stride). Unsharded dims, and dims sharded over an axis of one
+// rank, take any stride/padding/dilation.
+ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride = {1},
+                 const std::vector<int64_t>& padding = {0}, const std::vector<int64_t>& dilation = {1});
+// kernel == stride, no padding (the local op's only form): local on every rank, no halo.
+ShardTensor conv_transpose(const ShardTensor& x, const Tensor& w, const Tensor& bias = Tensor());
+// kernel == stride with padding 0 on a sharded dim: local (every extent a multiple of the stride). Stride 1 with an
+// odd kernel and padding <= kernel/2 on a sharded dim: halo of kernel/2 (avg pool counts the zero padding, as the
+// local op does; max pool pads the global edges with -inf, which never wins).
+ShardTensor avg_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride = {},
+                     const std::vector<int64_t>& padding = {0});
+ShardTensor max_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride = {},
+                     const std::vector<int64_t>& padding = {0});
+// Integer scale factors on sharded dims (out_size = s * global extent). Nearest: local (no halo). Linear
+// (align_corners = false): a halo of one slice, the global edges clamped as the local op does.
+ShardTensor upsample_nearest(const ShardTensor& x, const std::vector<int64_t>& out_size);
+ShardTensor upsample_linear(const ShardTensor& x, const std::vector<int64_t>& out_size, bool align_corners = false);
+// `pads` as in autograd/ops.h. Constant/reflect/replicate are applied at the GLOBAL edges only (the first rank's low
+// side, the last rank's high side); no collective. Circular wraps between the first and last rank of the axis
+// (the ring neighbours): two ring_shifts per sharded dim forward and backward.
+ShardTensor pad(const ShardTensor& x, const std::vector<int64_t>& pads, PadMode mode = PadMode::constant,
+                double value = 0.0);
+
+namespace patch {
+
+// The halo op: `local` padded along `dim` (sharded by mesh axis `axis`) with widths.left[r] slices before and
+// widths.right[r] after on rank r; interior ranks' slices come from their neighbours (halo_exchange), the global
+// edges (rank 0's left, the last rank's right) are filled with `edge_value`. Differentiable: backward sends the
+// grads of the received slices back to their owners, which add them into their edge slices (one halo_exchange,
+// under "<op>.backward"); the edge fill gets no grad. Every rank records the node (its backward has a
+// collective). With `async`, `pending` is the exchange still in flight: only the interior (the middle extent
+// of `local`) may be read before pending.wait(). The caller checks beforehand, identically on every rank, that
+// every neighbour's extent covers the widths (a halo never reaches past one neighbour).
+struct HaloPadded {
+  Tensor padded;
+  CommHandle pending;
+};
+HaloPadded halo_pad(const char* op, const Tensor& local, const Mesh& mesh, int axis, int dim, const HaloWidths& widths,
+                    double edge_value, bool async);
+
+// Circular padding of a dim sharded by `axis` (P > 1): the first rank prepends the last `lo` slices of the last
+// rank, the last rank appends the first `hi` slices of the first rank (two ring_shifts; see patches/halo.cpp).
+// Differentiable; every rank records the node. The caller checks lo <= e_last and hi <= e_first from the spec.
+Tensor ring_wrap(const char* op, const Tensor& local, const Mesh& mesh, int axis, int dim, int64_t lo, int64_t hi);
+
+// The halo op without the padded copy: the received slabs alone (left: widths.left[r] slices, right:
+// widths.right[r]; the global edges filled with edge_value), still in flight until pending.wait(). Same
+// collectives and backward as halo_pad; the backward adds the returned grads into the local tensor's edges.
+struct HaloSlabs {
+  Tensor left, right;
+  CommHandle pending;
+};
+HaloSlabs halo_slabs(const char* op, const Tensor& local, const Mesh& mesh, int axis, int dim, const HaloWidths& widths,
+                     double edge_value);
+
+// Shared by the window ops (conv, pooling; patches/conv.cpp). Why x's placements cannot take any op of this
+// family ("" when they can): shards only on the batch or spatial dims, no Partial.
+std::string placement_problem(const ShardTensor& x);
+
+// How each sharded spatial dim of a window op (kernel k, stride s, padding p, dilation dl) is split: a halo of
+// dl*(k-1)/2 for stride 1 and an odd effective kernel, a local patchify for k == s with p == 0 and dl == 1.
+enum class WindowKind { local, halo, patchify };
+struct WindowDim {
+  WindowKind kind = WindowKind::local;
+  int dim = 0, axis = -1;
+  int64_t halo = 0;
+  HaloWidths widths;                 // halo: (left, right) of every coordinate; edge coordinates get p
+  std::vector<int64_t> out_extents;  // every coordinate's output extent
+};
+struct WindowPlan {
+  std::string why_not;  // empty when accepted; else the reason for MissingShardPatch
+  std::vector<WindowDim> dims;  // the sharded spatial dims
+  std::vector<int64_t> stride, padding, dilation;  // for the local op (0 padding on halo dims: the halo op pads)
+};
+// Decided from the spec alone, identically on every rank. kernel/stride/padding/dilation: one entry per spatial
+// dim or one for all.
+WindowPlan plan_window(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                       const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation);
+// Halo-pads every halo dim (global edges filled with edge_value), the last one asynchronously while
+// `local_op` computes the interior outputs, then the edge strips; wraps the result with the planned extents.
+ShardTensor run_window(const char* op, const ShardTensor& x, const WindowPlan& plan, double edge_value,
+                       const std::function<Tensor(const Tensor&)>& local_op);
+// x's placements with `dims`' output extents; unsharded dims take y's extents.
+ShardTensor wrap_output(const ShardTensor& x, const Tensor& y, const std::vector<WindowDim>& dims);
+
+}  // namespace patch
+
+}  // namespace shardrt

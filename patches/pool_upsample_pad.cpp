@@ -1,0 +1,207 @@
+// Sharded pooling (avg, max), upsampling (nearest, linear) and padding over sharded spatial dims.
+//
+// Accepted placements (all): x (B, C, *spatial), every mesh axis Replicate or Shard(d) with d the batch dim or a
+//   spatial dim; a sharded channel dim or Partial -> MissingShardPatch. Per sharded spatial dim (extents e_j):
+//   avg_pool / max_pool (kernel k, stride s, padding p): k == s with p == 0 and every e_j a positive multiple
+//     of s (local), or s == 1 with k odd and every e_j >= max(k/2, 1) (halo k/2, as conv); on an axis of one rank
+//     any k/s/p (the local op). Else MissingShardPatch.
+//   upsample_nearest / upsample_linear: out_size = f * global extent for an integer f, every e_j >= 1;
+//     linear only with align_corners = false. Else MissingShardPatch.
+//   pad: constant / reflect / replicate, non-negative pads; reflect needs the edge shards longer than their pad,
+//     replicate non-empty edge shards where they pad; circular needs e_last >= lo and e_first >= hi (the wrapped
+//     slices come from one shard).
+// Output: x's placements; per-rank extents computed locally: pooling as conv (patches/conv.cpp: e_j / s, or
+//   e_j + lw_j + rw_j - 2h); upsampling f * e_j; pad e_j plus lo on coordinate 0 and hi on the last coordinate.
+// Forward collectives:
+//   pooling with a halo: one halo_exchange per halo dim under "<op>.forward" (h slices to each existing
+//     neighbour), the last one overlapped with the interior pooling; max_pool fills the global edges with -inf.
+//   upsample_linear: one halo_exchange per sharded spatial dim under "upsample_linear.forward" (1 slice to each
+//     existing neighbour; the global edges are replicated locally, as the serial op clamps).
+//   pad circular on a sharded dim of P > 1 ranks: two ring_shifts on its axis under "pad.forward" (the last rank
+//     sends lo slices to the first, the first hi slices to the last; the other ranks take part with empty
+//     messages). nearest, kernel == stride pooling, constant/reflect/replicate pad: none.
+// Backward collectives: one halo_exchange (ring_shift) per forward one, same axis and bytes, under
+//   "<op>.backward" (the halo grads return to their owners); no parameters, so no all-reduce.
+// Saved for backward per rank: the local op's on the halo-padded local input: O(local + halo).
+#include "patches/conv.h"
+#include "patches/dispatch.h"
+#include "patches/errors.h"
+#include "patches/patch_util.h"
+
+#include <limits>
+
+namespace shardrt {
+
+namespace {
+
+[[noreturn]] void missing(const char* op, const ShardTensor& x, const std::string& why) {
+  throw MissingShardPatch(
+      detail::concat(op, ": no patch for placements ", describe_placements({&x}), " on ", x.spec().str(), ": ", why));
+}
+
+ShardTensor pool(const char* op, bool is_max, const ShardTensor& x, const std::vector<int64_t>& kernel,
+                 const std::vector<int64_t>& stride, const std::vector<int64_t>& padding) {
+  const patch::WindowPlan plan = patch::plan_window(x, kernel, stride.empty() ? kernel : stride, padding, {1});
+  if (!plan.why_not.empty()) missing(op, x, plan.why_not);
+  const double edge = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
+  return patch::run_window(op, x, plan, edge, [&](const Tensor& in) {
+    return is_max ? max_pool(in, kernel, plan.stride, plan.padding) : avg_pool(in, kernel, plan.stride, plan.padding);
+  });
+}
+
+// Per sharded spatial dim of an upsample: the integer factor f and every coordinate's output extent.
+struct UpsamplePlan {
+  std::string why_not;
+  std::vector<patch::WindowDim> dims;
+  std::vector<int64_t> factor;  // per entry of dims
+};
+
+UpsamplePlan plan_upsample(const ShardTensor& x, const std::vector<int64_t>& out_size) {
+  UpsamplePlan plan;
+  plan.why_not = patch::placement_problem(x);
+  if (!plan.why_not.empty()) return plan;
+  if (static_cast<int>(out_size.size()) != x.dim() - 2) {
+    plan.why_not = "out_size needs one entry per spatial dim";
+    return plan;
+  }
+  for (int d = 2; d < x.dim(); ++d) {
+    patch::WindowDim dp;
+    dp.dim = d;
+    dp.axis = x.spec().axis_sharding(d);
+    if (dp.axis < 0) continue;
+    const int64_t len = x.global_shape()[d], out = out_size[d - 2];
+    if (len == 0 || out % len != 0) {
+      plan.why_not = "out_size " + std::to_string(out) + " is not an integer multiple of the sharded extent " +
+                     std::to_string(len) + " of dim " + std::to_string(d);
+      return plan;
+    }
+    const int64_t f = out / len;
+    const std::vector<int64_t>& e = x.spec().extents(dp.axis);
+    const int P = static_cast<int>(e.size());
+    for (int j = 0; j < P; ++j) {
+      if (e[j] == 0) {
+        plan.why_not = "a zero-size shard on dim " + std::to_string(d);
+        return plan;
+      }
+      dp.out_extents.push_back(e[j] * f);
+      dp.widths.left.push_back(j > 0 ? 1 : 0);
+      dp.widths.right.push_back(j < P - 1 ? 1 : 0);
+    }
+    plan.dims.push_back(dp);
+    plan.factor.push_back(f);
+  }
+  return plan;
+}
+
+// Local output sizes: unsharded dims as requested, sharded dims f * (local extent + extra).
+std::vector<int64_t> local_out_size(const Tensor& in, const std::vector<int64_t>& out_size, const UpsamplePlan& plan) {
+  std::vector<int64_t> s = out_size;
+  for (size_t i = 0; i < plan.dims.size(); ++i) s[plan.dims[i].dim - 2] = plan.factor[i] * in.size(plan.dims[i].dim);
+  return s;
+}
+
+// (before, after) pairs from the last dim, as autograd/ops.h's pad wants, with (lo, hi) on dim d only.
+std::vector<int64_t> pads_on(int ndim, int d, int64_t lo, int64_t hi) {
+  std::vector<int64_t> pads(static_cast<size_t>(2 * (ndim - d)), 0);
+  pads[2 * (ndim - 1 - d)] = lo;
+  pads[2 * (ndim - 1 - d) + 1] = hi;
+  return pads;
+}
+
+}  // namespace
+
+ShardTensor avg_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                     const std::vector<int64_t>& padding) {
+  return pool("avg_pool", false, x, kernel, stride, padding);
+}
+
+ShardTensor max_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                     const std::vector<int64_t>& padding) {
+  return pool("max_pool", true, x, kernel, stride, padding);
+}
+
+ShardTensor upsample_nearest(const ShardTensor& x, const std::vector<int64_t>& out_size) {
+  const UpsamplePlan plan = plan_upsample(x, out_size);
+  if (!plan.why_not.empty()) missing("upsample_nearest", x, plan.why_not);
+  // Integer factors: output j reads input j / f, inside the same shard.
+  const Tensor y = upsample_nearest(x.local(), local_out_size(x.local(), out_size, plan));
+  return patch::wrap_output(x, y, plan.dims);
+}
+
+ShardTensor upsample_linear(const ShardTensor& x, const std::vector<int64_t>& out_size, bool align_corners) {
+  UpsamplePlan plan = plan_upsample(x, out_size);
+  if (plan.why_not.empty() && align_corners) plan.why_not = "align_corners = true on a sharded dim";
+  if (!plan.why_not.empty()) missing("upsample_linear", x, plan.why_not);
+  // One slice of each neighbour per side; the global edges replicate their last slice, which is what the serial
+  // op's clamping reads. Upsampled by f, the padded block's outputs [f, f + f*n) are exactly this rank's.
+  Tensor in = x.local();
+  for (const patch::WindowDim& dp : plan.dims) {
+    in = patch::halo_pad("upsample_linear", in, x.mesh(), dp.axis, dp.dim, dp.widths, 0.0, false).padded;
+    const Communicator& comm = patch::axis_comm(x.mesh(), dp.axis);
+    const int64_t lo = comm.rank() == 0 ? 1 : 0, hi = comm.rank() == comm.size() - 1 ? 1 : 0;
+    in = pad(in, pads_on(in.dim(), dp.dim, lo, hi), PadMode::replicate);
+  }
+  Tensor y = upsample_linear(in, local_out_size(in, out_size, plan), false);
+  for (size_t i = 0; i < plan.dims.size(); ++i) {
+    const int d = plan.dims[i].dim;
+    const int64_t f = plan.factor[i];
+    y = narrow(y, d, f, y.size(d) - 2 * f);
+  }
+  return patch::wrap_output(x, y, plan.dims);
+}
+
+ShardTensor pad(const ShardTensor& x, const std::vector<int64_t>& pads, PadMode mode, double value) {
+  std::string why = patch::placement_problem(x);
+  const int nd = x.dim();
+  if (why.empty() && (pads.size() % 2 != 0 || static_cast<int>(pads.size()) / 2 > nd - 2))
+    why = "pads must be (before, after) pairs for at most the spatial dims";
+  std::vector<int64_t> local = pads;
+  std::vector<patch::WindowDim> dims;
+  for (int i = 0; why.empty() && 2 * i < static_cast<int>(pads.size()); ++i) {
+    const int d = nd - 1 - i;
+    patch::WindowDim dp;
+    dp.dim = d;
+    dp.axis = x.spec().axis_sharding(d);
+    if (dp.axis < 0) continue;
+    const int64_t lo = pads[2 * i], hi = pads[2 * i + 1];
+    const std::vector<int64_t>& e = x.spec().extents(dp.axis);
+    const int P = static_cast<int>(e.size());
+    const int c = patch::axis_comm(x.mesh(), dp.axis).rank();
+    const std::string where = "dim " + std::to_string(d);
+    if (lo < 0 || hi < 0) why = "negative pads (cropping) on sharded " + where;
+    else if (mode == PadMode::circular && (e[P - 1] < lo || e[0] < hi))
+      why = "circular padding of sharded " + where + " needs the last shard >= lo and the first >= hi";
+    else if (mode == PadMode::reflect && ((lo > 0 && e[0] <= lo) || (hi > 0 && e[P - 1] <= hi)))
+      why = "reflect padding of sharded " + where + " needs the edge shards longer than their pad";
+    else if (mode == PadMode::replicate && ((lo > 0 && e[0] == 0) || (hi > 0 && e[P - 1] == 0)))
+      why = "replicate padding of sharded " + where + " from a zero-size edge shard";
+    for (int j = 0; j < P; ++j) dp.out_extents.push_back(e[j] + (j == 0 ? lo : 0) + (j == P - 1 ? hi : 0));
+    local[2 * i] = c == 0 ? lo : 0;
+    local[2 * i + 1] = c == P - 1 ? hi : 0;
+    dims.push_back(dp);
+  }
+  if (!why.empty()) missing("pad", x, why);
+  Tensor y = x.local();
+  if (mode == PadMode::circular) {
+    // Unsharded dims (and axes of one rank) wrap locally; sharded dims wrap between the ring neighbours.
+    std::vector<int64_t> here = pads;
+    for (const patch::WindowDim& dp : dims)
+      if (patch::axis_comm(x.mesh(), dp.axis).size() > 1) here[2 * (nd - 1 - dp.dim)] = here[2 * (nd - 1 - dp.dim) + 1] = 0;
+    bool any_here = false;
+    for (int64_t v : here) any_here = any_here || v != 0;
+    if (any_here) y = pad(y, here, PadMode::circular);
+    for (const patch::WindowDim& dp : dims)
+      if (patch::axis_comm(x.mesh(), dp.axis).size() > 1)
+        y = patch::ring_wrap("pad", y, x.mesh(), dp.axis, dp.dim, pads[2 * (nd - 1 - dp.dim)],
+                             pads[2 * (nd - 1 - dp.dim) + 1]);
+    return patch::wrap_output(x, y, dims);
+  }
+  // Only the ranks holding a global edge pad it; the others pad by zero. Every rank records the same node, so the
+  // graph (and the order the backward engine runs other ops' collectives in) is the same on every rank.
+  bool any = false;
+  for (int64_t v : pads) any = any || v != 0;
+  if (any) y = pad(y, local, mode, value);
+  return patch::wrap_output(x, y, dims);
+}
+
+}  // namespace shardrt
