@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "runtime/cuda/stream.h"
 #include "runtime/cuda_allocator.h"
 
@@ -13,7 +14,6 @@ namespace {
 constexpr int kThreads = 256;
 // Enough blocks to fill any current GPU; more rows loop over the grid.
 constexpr int64_t kMaxBlocks = int64_t{1} << 16;
-constexpr unsigned kFullMask = 0xffffffffu;
 // Parameter-grad row chunks: enough to spread the work over the GPU, few enough that the scratch stays small.
 constexpr int64_t kMaxChunks = 256;
 constexpr int64_t kMinRowsPerChunk = 32;
@@ -24,24 +24,8 @@ int row_threads(int64_t D) { return static_cast<int>(std::clamp<int64_t>((D + 31
 
 unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(rows, kMaxBlocks)); }
 
-// Reduces v over the block and returns the sum to every thread. blockDim.x must be a multiple of 32 (at most
-// 1024), and every thread of the block must call it. The adding order is fixed by blockDim.x.
-__device__ double block_sum(double v) {
-  __shared__ double partial[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(kFullMask, v, offset);
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0;
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(kFullMask, v, offset);
-    if (lane == 0) partial[0] = v;
-  }
-  __syncthreads();
-  v = partial[0];
-  __syncthreads();  // `partial` is reused by the block's next reduction
-  return v;
-}
+// The sum of v over the block, returned to every thread; see block_allreduce for the rules.
+__device__ double block_sum(double v) { return block_allreduce(v, 0.0, Add<double>{}); }
 
 // One block per row.
 template <typename T>

@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "runtime/cuda/stream.h"
 
 namespace shardrt::kernels::cuda {
@@ -14,7 +15,6 @@ namespace {
 constexpr int kThreads = 256;
 // Enough blocks to fill any current GPU; more work loops over the grid.
 constexpr int64_t kMaxBlocks = int64_t{1} << 16;
-constexpr unsigned kFullMask = 0xffffffffu;
 
 // A namespace-scope constant, so device code may use it without calling a host-only constexpr function.
 template <typename T>
@@ -54,11 +54,9 @@ struct Extreme {
   int64_t index;
 };
 
-__device__ inline float shuffle_down(float v, int offset) { return __shfl_down_sync(kFullMask, v, offset); }
-__device__ inline double shuffle_down(double v, int offset) { return __shfl_down_sync(kFullMask, v, offset); }
 template <typename T>
 __device__ Extreme<T> shuffle_down(Extreme<T> e, int offset) {
-  return {shuffle_down(e.value, offset),
+  return {__shfl_down_sync(kFullMask, e.value, offset),
           static_cast<int64_t>(__shfl_down_sync(kFullMask, static_cast<long long>(e.index), offset))};
 }
 
@@ -79,36 +77,11 @@ struct CombineExtreme {
   }
 };
 
-template <typename V>
-struct Add {
-  __device__ V operator()(V a, V b) const { return a + b; }
-};
-
 // NaN-propagating max: the shift of logsumexp must be NaN when the row holds one.
 template <typename T>
 struct NanMax {
   __device__ T operator()(T a, T b) const { return (a > b || is_nan(a)) ? a : b; }
 };
-
-// Reduces v over the block with `combine` and returns the result to every thread. blockDim.x must be a multiple
-// of 32 (at most 1024), and every thread of the block must call it. The combining order is fixed by blockDim.x.
-template <typename V, class Combine>
-__device__ V block_allreduce(V v, V identity, Combine combine) {
-  __shared__ V partial[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int offset = 16; offset > 0; offset /= 2) v = combine(v, shuffle_down(v, offset));
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : identity;
-    for (int offset = 16; offset > 0; offset /= 2) v = combine(v, shuffle_down(v, offset));
-    if (lane == 0) partial[0] = v;
-  }
-  __syncthreads();
-  v = partial[0];
-  __syncthreads();  // `partial` is reused by the block's next reduction
-  return v;
-}
 
 // ---- inner == 1: one block per row (rows are contiguous) ----
 

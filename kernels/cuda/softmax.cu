@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "runtime/cuda/stream.h"
 
 namespace shardrt::kernels::cuda {
@@ -14,7 +15,6 @@ namespace {
 constexpr int kThreads = 256;
 // Enough blocks to fill any current GPU; more work loops over the grid.
 constexpr int64_t kMaxBlocks = int64_t{1} << 16;
-constexpr unsigned kFullMask = 0xffffffffu;
 
 // A namespace-scope constant, so device code may use it without calling a host-only constexpr function.
 template <typename T>
@@ -38,40 +38,12 @@ __device__ double exp_of(double v) {
   return ::exp(v);
 }
 
-__device__ inline float shuffle_down(float v, int offset) { return __shfl_down_sync(kFullMask, v, offset); }
-__device__ inline double shuffle_down(double v, int offset) { return __shfl_down_sync(kFullMask, v, offset); }
-
-template <typename V>
-struct Add {
-  __device__ V operator()(V a, V b) const { return a + b; }
-};
-
 // std::max's rule, as the CPU kernel uses: a NaN input never becomes the shift, but still turns the sum of
 // exponentials, and so the whole slice, into NaN.
 template <typename T>
 struct Max {
   __device__ T operator()(T a, T b) const { return a < b ? b : a; }
 };
-
-// Reduces v over the block with `combine` and returns the result to every thread. blockDim.x must be a multiple
-// of 32 (at most 1024), and every thread of the block must call it. The combining order is fixed by blockDim.x.
-template <typename V, class Combine>
-__device__ V block_allreduce(V v, V identity, Combine combine) {
-  __shared__ V partial[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int offset = 16; offset > 0; offset /= 2) v = combine(v, shuffle_down(v, offset));
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : identity;
-    for (int offset = 16; offset > 0; offset /= 2) v = combine(v, shuffle_down(v, offset));
-    if (lane == 0) partial[0] = v;
-  }
-  __syncthreads();
-  v = partial[0];
-  __syncthreads();  // `partial` is reused by the block's next reduction
-  return v;
-}
 
 // The normaliser of a slice: log(total) for log-softmax, 1 / total for softmax.
 template <typename T, bool Log>
