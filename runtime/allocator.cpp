@@ -1,6 +1,5 @@
 #include "runtime/allocator.h"
 
-#include <atomic>
 #include <cstdlib>
 #include <new>
 
@@ -13,7 +12,6 @@ namespace shardrt {
 
 namespace {
 
-// Byte counters shared by the host allocator; atomics because OpenMP regions may allocate.
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(std::size_t bytes) override {
@@ -22,23 +20,19 @@ class CpuAllocator final : public Allocator {
     std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
     void* p = std::aligned_alloc(kAlign, rounded);
     if (!p) throw ValueError(detail::concat("cpu_allocator: out of host memory allocating ", bytes, " bytes"));
-    int64_t now = current_.fetch_add(static_cast<int64_t>(bytes)) + static_cast<int64_t>(bytes);
-    int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
-    allocations_.fetch_add(1);
+    counter_.on_allocate(bytes);
     return p;
   }
   void deallocate(void* ptr, std::size_t bytes) override {
     if (!ptr) return;
     std::free(ptr);
-    current_.fetch_sub(static_cast<int64_t>(bytes));
+    counter_.on_deallocate(bytes);
   }
-  MemoryStats stats() const override { return {current_.load(), peak_.load(), allocations_.load()}; }
-  void reset_peak() override { peak_.store(current_.load()); }
+  MemoryStats stats() const override { return counter_.stats(); }
+  void reset_peak() override { counter_.reset_peak(); }
 
  private:
-  std::atomic<int64_t> current_{0}, peak_{0}, allocations_{0};
+  ByteCounter counter_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Allocators. Every byte a Tensor holds goes through one of these, so current and peak bytes per device
 // are exact: peak memory per rank is a figure ShardRT publishes.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -12,6 +13,26 @@ struct MemoryStats {
   int64_t current_bytes = 0;  // bytes handed out and not yet returned
   int64_t peak_bytes = 0;     // high-water mark of current_bytes since the last reset_peak
   int64_t allocations = 0;    // number of allocate() calls
+};
+
+// The current, peak and allocation counts of one allocator; atomics because OpenMP regions and other threads
+// may allocate.
+class ByteCounter {
+ public:
+  void on_allocate(std::size_t bytes) {
+    const int64_t now = current_.fetch_add(static_cast<int64_t>(bytes)) + static_cast<int64_t>(bytes);
+    int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    allocations_.fetch_add(1);
+  }
+  void on_deallocate(std::size_t bytes) { current_.fetch_sub(static_cast<int64_t>(bytes)); }
+  int64_t current_bytes() const { return current_.load(); }
+  MemoryStats stats() const { return {current_.load(), peak_.load(), allocations_.load()}; }
+  void reset_peak() { peak_.store(current_.load()); }
+
+ private:
+  std::atomic<int64_t> current_{0}, peak_{0}, allocations_{0};
 };
 
 class Allocator {

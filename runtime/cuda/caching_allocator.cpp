@@ -1,6 +1,5 @@
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -42,13 +41,9 @@ class CudaCachingAllocator final : public Allocator {
       cudaGetLastError();
       throw CudaError(detail::concat("cuda_caching_allocator: allocating ", bytes, " bytes on cuda:", device_,
                                      " failed with ", cudaGetErrorName(err), " (", cudaGetErrorString(err), "); ",
-                                     current_.load(), " bytes are in use by ShardRT on that device"));
+                                     counter_.current_bytes(), " bytes are in use by ShardRT on that device"));
     }
-    const int64_t now = current_.fetch_add(static_cast<int64_t>(bytes)) + static_cast<int64_t>(bytes);
-    int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
-    allocations_.fetch_add(1);
+    counter_.on_allocate(bytes);
     return p;
   }
 
@@ -56,7 +51,7 @@ class CudaCachingAllocator final : public Allocator {
   // stream, which is what lets a tensor be dropped right after launching the kernels that read it.
   void deallocate(void* ptr, std::size_t bytes) override {
     if (!ptr) return;
-    current_.fetch_sub(static_cast<int64_t>(bytes));
+    counter_.on_deallocate(bytes);
     // The caller's current device is put back afterwards: a thread working on another device may drop this
     // tensor.
     int active = -1;
@@ -71,8 +66,8 @@ class CudaCachingAllocator final : public Allocator {
              cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
   }
 
-  MemoryStats stats() const override { return {current_.load(), peak_.load(), allocations_.load()}; }
-  void reset_peak() override { peak_.store(current_.load()); }
+  MemoryStats stats() const override { return counter_.stats(); }
+  void reset_peak() override { counter_.reset_peak(); }
 
  private:
   // Created on the first allocation, so an allocator that is only asked for stats never touches the device.
@@ -96,7 +91,7 @@ class CudaCachingAllocator final : public Allocator {
   std::once_flag pool_created_;
   cudaMemPool_t pool_ = nullptr;
   cudaStream_t stream_ = nullptr;  // current_stream(device_), kept so deallocate needs no call that can throw
-  std::atomic<int64_t> current_{0}, peak_{0}, allocations_{0};
+  ByteCounter counter_;
 };
 
 }  // namespace
