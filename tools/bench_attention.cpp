@@ -13,7 +13,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -28,6 +27,7 @@
 #include "patches/placement.h"
 #include "runtime/allocator.h"
 #include "runtime/factories.h"
+#include "tools/bench_util.h"
 
 using namespace shardrt;
 
@@ -40,23 +40,12 @@ struct Measure {
   int64_t bytes = 0, peak = 0, peak_above = 0;
 };
 
-double max_over_ranks(double x) {
-  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return x;
-}
-
 // Best-of-`reps` time (after one warm-up), then one more run for the ledger and the allocator's peak.
 Measure measure(const std::function<void()>& step, CommLedger& ledger, int reps) {
   Measure m;
   step();
   double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const auto t0 = std::chrono::steady_clock::now();
-    step();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::min(best, max_over_ranks(s));
-  }
+  for (int r = 0; r < reps; ++r) best = std::min(best, bench::slowest_rank_seconds(step));
   m.ms = best * 1e3;
   MPI_Barrier(MPI_COMM_WORLD);
   ledger.reset();
@@ -64,9 +53,10 @@ Measure measure(const std::function<void()>& step, CommLedger& ledger, int reps)
   reset_peak_memory(Device::cpu());
   step();
   const MemoryStats after = memory_stats(Device::cpu());
-  m.bytes = static_cast<int64_t>(max_over_ranks(static_cast<double>(ledger.total_bytes())));
-  m.peak = static_cast<int64_t>(max_over_ranks(static_cast<double>(after.peak_bytes)));
-  m.peak_above = static_cast<int64_t>(max_over_ranks(static_cast<double>(after.peak_bytes - before.current_bytes)));
+  m.bytes = static_cast<int64_t>(bench::max_over_ranks(static_cast<double>(ledger.total_bytes())));
+  m.peak = static_cast<int64_t>(bench::max_over_ranks(static_cast<double>(after.peak_bytes)));
+  m.peak_above =
+      static_cast<int64_t>(bench::max_over_ranks(static_cast<double>(after.peak_bytes - before.current_bytes)));
   return m;
 }
 

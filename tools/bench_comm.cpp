@@ -14,7 +14,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -23,6 +22,7 @@
 
 #include "mesh/mesh.h"
 #include "runtime/factories.h"
+#include "tools/bench_util.h"
 
 using namespace shardrt;
 
@@ -65,20 +65,14 @@ std::vector<int> displs(const std::vector<int64_t>& v) {
 // the least disturbed one), each batch's time being the slowest rank's. The batch size comes from a timed
 // warm-up, agreed on by every rank so that all run the same number of calls.
 double time_per_call(const std::function<void()>& fn, double target) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  auto t0 = std::chrono::steady_clock::now();
-  fn();
-  double once = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  MPI_Allreduce(MPI_IN_PLACE, &once, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  const double once = bench::slowest_rank_seconds(fn);
   const int iters = static_cast<int>(std::clamp(target / 3 / std::max(once, 1e-7), 2.0, 1000.0));
   double best = 1e30;
   for (int batch = 0; batch < 3; ++batch) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) fn();
-    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    best = std::min(best, t);
+    const double t = bench::slowest_rank_seconds([&] {
+      for (int i = 0; i < iters; ++i) fn();
+    });
+    best = std::min(best, t / iters);
   }
   return best;
 }

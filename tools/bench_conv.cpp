@@ -13,7 +13,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -27,6 +26,7 @@
 #include "patches/patch_util.h"
 #include "runtime/allocator.h"
 #include "runtime/factories.h"
+#include "tools/bench_util.h"
 
 using namespace shardrt;
 
@@ -60,17 +60,6 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-double max_over_ranks(double v) {
-  double m = 0;
-  MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return m;
-}
-int64_t max_over_ranks(int64_t v) {
-  long long in = v, m = 0;
-  MPI_Allreduce(&in, &m, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-  return m;
-}
-
 struct Measure {
   double seconds = 0;
   int64_t peak = 0;
@@ -83,14 +72,10 @@ Measure measure(int reps, F step) {
   Measure m;
   m.seconds = 1e30;
   for (int i = 0; i < reps; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
     reset_peak_memory(Device::cpu());
     const int64_t before = memory_stats(Device::cpu()).current_bytes;
-    const auto t0 = std::chrono::steady_clock::now();
-    step();
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    m.seconds = std::min(m.seconds, max_over_ranks(dt));
-    m.peak = max_over_ranks(memory_stats(Device::cpu()).peak_bytes - before);
+    m.seconds = std::min(m.seconds, bench::slowest_rank_seconds(step));
+    m.peak = bench::max_over_ranks(memory_stats(Device::cpu()).peak_bytes - before);
   }
   return m;
 }
@@ -149,8 +134,8 @@ int main(int argc, char** argv) {
         if (e.kind == "halo_exchange") halo += e.bytes_sent;
         if (e.kind == "all_reduce") reduce += e.bytes_sent;
       }
-      halo = max_over_ranks(halo / runs);
-      reduce = max_over_ranks(reduce / runs);
+      halo = bench::max_over_ranks(halo / runs);
+      reduce = bench::max_over_ranks(reduce / runs);
       std::string ref_ms, ref_peak;
       if (p > 1) {
         const HaloWidths widths{std::vector<int64_t>(p, h), std::vector<int64_t>(p, h)};  // padding 1 = h at the edges
