@@ -6,12 +6,19 @@
 #include <string>
 #include <vector>
 
+#include "mesh/communicator.h"
 #include "runtime/dtype.h"
 #include "runtime/factories.h"
 #include "runtime/tensor.h"
 #include "tests/support/world.h"
 
 namespace shardrt::test {
+
+// The communicator over all ranks that the mesh tests share, built by the first test that asks.
+inline const Communicator& world() {
+  static Communicator c(MPI_COMM_WORLD, "world");
+  return c;
+}
 
 inline const std::vector<DType>& all_dtypes() {
   static const std::vector<DType> d = {DType::f64, DType::f32, DType::bf16, DType::f16,

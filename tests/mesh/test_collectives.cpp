@@ -11,11 +11,6 @@ using namespace shardrt::test;
 
 namespace {
 
-const Communicator& world() {
-  static Communicator c(MPI_COMM_WORLD, "world");
-  return c;
-}
-
 double reduce_ref(ReduceOp op, const std::vector<double>& xs) {
   double acc = xs[0];
   for (std::size_t i = 1; i < xs.size(); ++i) {

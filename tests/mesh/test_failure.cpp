@@ -15,11 +15,6 @@ using namespace shardrt::test;
 
 namespace {
 
-const Communicator& world() {
-  static Communicator c(MPI_COMM_WORLD, "world");
-  return c;
-}
-
 // Sets an environment variable for one scope.
 class EnvVar {
  public:

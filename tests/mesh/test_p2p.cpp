@@ -7,15 +7,6 @@
 using namespace shardrt;
 using namespace shardrt::test;
 
-namespace {
-
-const Communicator& world() {
-  static Communicator c(MPI_COMM_WORLD, "world");
-  return c;
-}
-
-}  // namespace
-
 TEST_CASE("p2p: send and recv", "[mesh][p2p]") {
   const auto& c = world();
   const int p = c.size(), r = c.rank();
