@@ -17,6 +17,19 @@
 
 namespace shardrt::test {
 
+// Short placement names, as the tests write layouts: {S(0), R}, {P}.
+inline const Placement R = Placement::Replicate();
+inline const Placement P = Placement::Partial();
+inline Placement S(int d) { return Placement::Shard(d); }
+
+// Every rank reached `ok` the same way: the min and max over the world agree.
+inline bool same_on_every_rank(bool ok) {
+  int mine = ok ? 1 : 0, lo = 0, hi = 0;
+  MPI_Allreduce(&mine, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return lo == hi;
+}
+
 inline CommOptions with_ledger(std::shared_ptr<CommLedger> ledger) {
   CommOptions o;
   o.ledger = std::move(ledger);

@@ -13,16 +13,6 @@ using namespace shardrt::test;
 
 namespace {
 
-const Placement R = Placement::Replicate();
-Placement S(int d) { return Placement::Shard(d); }
-
-bool same_on_every_rank(bool ok) {
-  int mine = ok ? 1 : 0, lo = 0, hi = 0;
-  MPI_Allreduce(&mine, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(&mine, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return lo == hi;
-}
-
 // Identity forward; backward sums the grad over the given mesh axes. What a patch does for a replicated
 // parameter that meets data sharded over those axes (each rank's grad is then only its shard's contribution).
 struct SumGradCtx {

@@ -14,10 +14,6 @@ using namespace shardrt::test;
 
 namespace {
 
-const Placement R = Placement::Replicate();
-const Placement P = Placement::Partial();
-Placement S(int d) { return Placement::Shard(d); }
-
 // Extents of one sharded dim over n ranks: even, uneven, fewer elements than ranks, explicit zero-size shards.
 std::vector<std::pair<std::string, std::vector<int64_t>>> layouts(int n) {
   return {{"even", split_extents(2 * n, n)},

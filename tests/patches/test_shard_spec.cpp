@@ -14,22 +14,6 @@
 using namespace shardrt;
 using namespace shardrt::test;
 
-namespace {
-
-const Placement R = Placement::Replicate();
-const Placement P = Placement::Partial();
-Placement S(int d) { return Placement::Shard(d); }
-
-// Every rank reached `ok` the same way: the min and max over the world agree.
-bool same_on_every_rank(bool ok) {
-  int mine = ok ? 1 : 0, lo = 0, hi = 0;
-  MPI_Allreduce(&mine, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(&mine, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return lo == hi;
-}
-
-}  // namespace
-
 TEST_CASE("split_extents: the first size % n ranks get one more", "[core][spec]") {
   CHECK(split_extents(10, 4) == std::vector<int64_t>{3, 3, 2, 2});
   CHECK(split_extents(9, 4) == std::vector<int64_t>{3, 2, 2, 2});
