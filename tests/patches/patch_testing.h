@@ -35,6 +35,14 @@ inline const Mesh& grid_mesh() {
   return m;
 }
 
+// On the 2x2 mesh: dim 0 sharded over "dx", dim 1 over "dy".
+inline const Placements kGridS0S1 = {Placement::Shard(0), Placement::Shard(1)};
+
+// Grid extents of two sharded dims (len0 over "dx", len1 over "dy"): uneven, and a zero-size shard on dx.
+inline std::vector<std::vector<std::vector<int64_t>>> grid_extents(int64_t len0, int64_t len1) {
+  return {{split_extents(len0, 2), split_extents(len1, 2)}, {{0, len0}, split_extents(len1, 2)}};
+}
+
 // Normal(0, 1) f64 values, identical on every rank.
 inline Tensor rnd(const Shape& shape, uint64_t seed) {
   Generator gen(seed);

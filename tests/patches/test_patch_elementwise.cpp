@@ -21,7 +21,6 @@ std::vector<GridCase> grid_cases(int64_t len0, int64_t len1) {
   return {{"uneven", split_extents(len0, 2), split_extents(len1, 2)},
           {"zero-size shard", {0, len0}, split_extents(len1, 2)}};
 }
-const Placements kGridS0S1 = {Placement::Shard(0), Placement::Shard(1)};
 
 std::vector<ShardTensor> all_unary(const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
   const ShardTensor& x = in[0];

@@ -8,13 +8,6 @@ using namespace shardrt::test;
 
 namespace {
 
-const Placements kGridS0S1 = {Placement::Shard(0), Placement::Shard(1)};
-
-// Grid extents for dims (len0 over "dx", len1 over "dy"): uneven, and a zero-size shard on dx.
-std::vector<std::vector<std::vector<int64_t>>> grid_extents(int64_t len0, int64_t len1) {
-  return {{split_extents(len0, 2), split_extents(len1, 2)}, {{0, len0}, split_extents(len1, 2)}};
-}
-
 std::vector<ShardTensor> linear_fn(const std::vector<ShardTensor>& in, const std::vector<Tensor>& p) {
   return {linear(in[0], p[0], p.size() > 1 ? p[1] : Tensor())};
 }

@@ -14,11 +14,6 @@ std::vector<Tensor> affine(const Shape& shape, uint64_t seed) {
   return {add_scalar(mul_scalar(rnd(shape, seed), 0.1), 1.0), mul_scalar(rnd(shape, seed + 1), 0.1)};
 }
 
-// Grid extents of two sharded dims (len0 over "dx", len1 over "dy"): uneven, and a zero-size shard on dx.
-std::vector<std::vector<std::vector<int64_t>>> grid_extents(int64_t len0, int64_t len1) {
-  return {{split_extents(len0, 2), split_extents(len1, 2)}, {{0, len0}, split_extents(len1, 2)}};
-}
-
 int coord(const Mesh& m, const char* axis) { return m.axis(axis).rank(); }
 
 Tensor i64(const std::vector<int64_t>& v, const Shape& shape) {

@@ -12,12 +12,6 @@ using namespace shardrt::test;
 
 namespace {
 
-const Placements kGridS0S1 = {Placement::Shard(0), Placement::Shard(1)};
-
-std::vector<std::vector<std::vector<int64_t>>> grid_extents(int64_t len0, int64_t len1) {
-  return {{split_extents(len0, 2), split_extents(len1, 2)}, {{0, len0}, split_extents(len1, 2)}};
-}
-
 std::vector<ShardTensor> sums_and_means(const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
   const ShardTensor& x = in[0];
   return {sum(x, {1}),  sum(x, {0, 2}), sum(x, {}),  sum(x, {1}, true),

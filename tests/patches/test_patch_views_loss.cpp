@@ -8,12 +8,6 @@ using namespace shardrt::test;
 
 namespace {
 
-const Placements kGridS0S1 = {Placement::Shard(0), Placement::Shard(1)};
-
-std::vector<std::vector<std::vector<int64_t>>> grid_extents(int64_t len0, int64_t len1) {
-  return {{split_extents(len0, 2), split_extents(len1, 2)}, {{0, len0}, split_extents(len1, 2)}};
-}
-
 // Every view op on x (A, N, 6) sharded along N (and along A on the 2x2 mesh); y is x's twin for cat.
 std::vector<ShardTensor> all_views(const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
   const ShardTensor& x = in[0];
