@@ -1,6 +1,7 @@
 #include "kernels/cpu/conv.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -133,6 +134,17 @@ PatchOffsets patch_offsets(const ConvGeometry& g, int64_t p0, int64_t np) {
   return offsets;
 }
 
+// What the GEMMs read for output positions [p0, p0 + np) of sample xb, and its leading dimension: xb itself for a
+// pointwise conv (no copy), else the chunk's im2col in `col`.
+template <typename T>
+std::pair<const T*, int64_t> conv_columns(const ConvGeometry& g, bool pointwise, int64_t p0, int64_t np,
+                                          const std::vector<int64_t>& sources, const T* xb, T* col) {
+  const int64_t in_vol = volume(g.in);
+  if (pointwise) return {xb + p0, in_vol};
+  im2col(g.c_in, in_vol, volume(g.kernel), np, sources.data(), xb, col);
+  return {col, np};
+}
+
 }  // namespace
 
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
@@ -167,14 +179,7 @@ void conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* bias, 
     const int64_t np = std::min(chunk, out_vol - p0);
     const std::vector<int64_t> sources = pointwise ? std::vector<int64_t>() : tap_sources(g, p0, np);
     for (int64_t b = 0; b < g.batch; ++b) {
-      const T* xb = x + b * g.c_in * in_vol;
-      const T* cols = xb + p0;
-      int64_t ld_cols = in_vol;
-      if (!pointwise) {
-        im2col(g.c_in, in_vol, taps, np, sources.data(), xb, col.data());
-        cols = col.data();
-        ld_cols = np;
-      }
+      const auto [cols, ld_cols] = conv_columns(g, pointwise, p0, np, sources, x + b * g.c_in * in_vol, col.data());
       gemm(false, false, g.c_out, np, rows, T(1), w, rows, cols, ld_cols, T(0), y + b * g.c_out * out_vol + p0,
            out_vol);
     }
@@ -206,13 +211,7 @@ void conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T
       T* gxb = gx ? gx + b * g.c_in * in_vol : nullptr;
       if (gw) {
         // gw (Cout × Cin·taps) += gy_chunk · colᵀ
-        const T* cols = xb + p0;
-        int64_t ld_cols = in_vol;
-        if (!pointwise) {
-          im2col(g.c_in, in_vol, taps, np, sources.data(), xb, col.data());
-          cols = col.data();
-          ld_cols = np;
-        }
+        const auto [cols, ld_cols] = conv_columns(g, pointwise, p0, np, sources, xb, col.data());
         gemm(false, true, g.c_out, rows, np, T(1), gyb, out_vol, cols, ld_cols, T(1), gw, rows);
       }
       if (gx && pointwise) {
