@@ -2,29 +2,47 @@
 //
 // Accepted placements: x (B, Cin, *spatial) with every mesh axis Replicate or Shard(d), d the batch dim or a
 //   spatial dim; w, bias plain replicated Tensors. Per sharded spatial dim (k kernel, s stride, p padding,
-//   dl dilation, K = dl*(k-1)+1, h = (K-1)/2, e_j the extent of coordinate j of P):
-//     halo:     s == 1, K odd, any p; every e_j >= max(h, 1) and every output extent >= 1;
+//   dl dilation, K = dl*(k-1)+1, h = (K-1)/2, e_j the extent of coordinate j of P, L = sum e_j):
+//     halo:     s == 1, K odd, any p, any extents (zero-size shards included) as long as L + 2p >= K;
 //     patchify: k == s, p == 0, dl == 1; every e_j a positive multiple of s.
-//   Unsharded dims, and dims sharded over an axis of one rank: any s/p/dl (the local op). Anything else (s > 1
-//   with k != s, an even K that is not a patchify, a shard thinner than the halo, a zero-size shard, a sharded
-//   channel dim, Partial) -> MissingShardPatch with the reason, decided from the spec alone (same on every rank).
+//   Unsharded dims, and dims sharded over an axis of one rank, take any s/p/dl (the local op). Anything else (s > 1
+//   with k != s, an even K that is not a patchify, a zero-size shard of a patchify, a sharded channel dim, Partial)
+//   -> MissingShardPatch with the reason, decided from the spec alone (same on every rank).
 //   conv_transpose (kernel == stride, no padding): any positive extents.
-// Output: x's placements; per-rank extents computed locally from every rank's extents: halo dims
+// Halo dims take one of two paths, chosen from the spec alone (the same on every rank):
+//   neighbour path: every e_j >= max(h, 1) and every output extent below >= 1 (the normal case);
+//   general path:   otherwise (some shard thinner than the halo it serves, a zero-size shard, an edge shard
+//                   without output).
+// Output: x's placements; per-rank extents computed locally from every rank's extents. Neighbour path:
 //   e_j + lw_j + rw_j - 2h (lw_j = h for j > 0 else p, rw_j = h for j < P-1 else p: interior ranks get halos,
-//   only the global edges get zero padding); patchify dims e_j / s; conv_transpose dims e_j * k.
-// Forward collectives: per halo dim, one halo_exchange on its axis under "conv.forward": h slices of the input
-//   (padded already along the halo dims exchanged before it, so 2-D meshes fill the corners) to each existing
-//   neighbour. The last halo dim's exchange is asynchronous and moves only the slabs (no padded copy of the
-//   local input) when every extent of its axis is >= 2h+3: the interior outputs (those that need no halo) are
-//   computed on the local tensor while the slabs travel, then the two edge strips [slab | 2h+1 slices],
-//   [2h+1 slices | slab]. Thinner shards, and earlier halo dims (2-D meshes), exchange blocking into a padded
-//   copy. Patchify / conv_transpose / batch-sharded: none.
-// Backward collectives: per halo dim, one halo_exchange under "conv.backward" returning the halo grads to their
-//   owners (same bytes as forward), then, when w or bias requires grad, one all_reduce (sum) of the packed
-//   w+bias grad per axis where x is Shard under "conv.backward": (numel(w)+numel(b)) * max(4, itemsize) * (P-1).
-// Saved for backward per rank: the local convs' inputs — the local input itself (no copy on a 1-D split; a
-//   padded copy per earlier halo dim on 2-D meshes) and the two edge strips (O(halo)) — and the weight:
-//   O(local + halo).
+//   only the global edges get zero padding). General path (the same numbers where both apply): output i is
+//   centred on input slice c = i + h - p, c in [h - p, L + p - h); coordinate j owns the centres in its own slices
+//   [o_j, o_j + e_j) (the first also those below 0, the last those from L on), so a zero-size shard, or an edge
+//   shard thinner than h - p, gets an output extent of 0. Patchify dims e_j / s; conv_transpose dims e_j * k.
+// Forward collectives, per halo dim in dim order, under "conv.forward":
+//   neighbour path: one halo_exchange on its axis: h slices of the input (padded already along the halo dims
+//     exchanged before it, so 2-D meshes fill the corners) to each existing neighbour. The last halo dim's
+//     exchange is asynchronous and moves only the slabs (no padded copy of the local input) when every extent of
+//     its axis is >= 2h+3: the interior outputs (those that need no halo) are computed on the local tensor while
+//     the slabs travel, then the two edge strips [slab | 2h+1 slices], [2h+1 slices | slab]. Thinner shards, and
+//     earlier halo dims (2-D meshes), exchange blocking into a padded copy.
+//   general path: one all_to_all_v on its axis (patch::halo_window): coordinate j reads the input window
+//     [first centre - h, last centre + h] (outside [0, L): zero padding); rank r sends each other coordinate j
+//     the slices of its own [o_r, o_r + e_r) inside j's window: bytes = sum_{j != r} |own_r ∩ window_j| * slice
+//     (a slice = the bytes of one index of the dim of the tensor exchanged), the counts known on every rank; only
+//     the halos travel. A coordinate without output receives nothing: its local op runs on an edge-filled window
+//     of K slices and its one output is dropped (a correctly shaped empty shard; the graph and the collectives
+//     are the same as on every other rank).
+//   Patchify / conv_transpose / batch-sharded: none.
+// Backward collectives, under "conv.backward": per halo dim the reverse of its forward exchange, returning the
+//   halo grads to their owners, who add them into their slices (neighbour path: one halo_exchange, same bytes as
+//   forward; general path: one all_to_all_v, bytes = sum_{j != r} |own_j ∩ window_r| * slice); then, when w or
+//   bias requires grad, one all_reduce (sum) of the packed w+bias grad per axis where x is Shard:
+//   (numel(w)+numel(b)) * max(4, itemsize) * (P-1). Zero-size ranks take part in every one of them, in the same
+//   order.
+// Saved for backward per rank: the local convs' inputs — the local input itself (no copy on a 1-D split of the
+//   neighbour path; a padded copy or window per earlier halo dim on 2-D meshes, and the window of the general
+//   path: e_r + 2h + 2p at most) and the two edge strips (O(halo)) — and the weight: O(local + halo).
 #include <algorithm>
 #include <functional>
 
@@ -98,12 +116,12 @@ WindowPlan plan_window(const ShardTensor& x, const std::vector<int64_t>& kernel_
       plan.dims.push_back(dp);
       continue;
     }
-    if (*std::min_element(e.begin(), e.end()) == 0) {
-      plan.why_not = "a zero-size shard on " + where + " (the local kernel needs at least one output position)";
-      return plan;
-    }
     if (k == s && p == 0 && dl == 1) {
       dp.kind = WindowKind::patchify;
+      if (*std::min_element(e.begin(), e.end()) == 0) {
+        plan.why_not = "a zero-size shard on " + where + " (the local kernel needs at least one output position)";
+        return plan;
+      }
       for (int64_t ej : e) {
         if (ej % s != 0) {
           plan.why_not = "kernel == stride " + std::to_string(s) + " but a shard extent on " + where +
@@ -119,21 +137,40 @@ WindowPlan plan_window(const ShardTensor& x, const std::vector<int64_t>& kernel_
         return plan;
       }
       dp.kind = WindowKind::halo;
-      dp.halo = (K - 1) / 2;
+      const int64_t h = (K - 1) / 2;
+      dp.halo = h;
+      // The neighbour exchange serves every halo when every shard is at least as thick as the halo it sends (and
+      // at least one slice) and every shard gets an output position; otherwise the general halo (all_to_all_v).
       for (int j = 0; j < P; ++j) {
-        dp.widths.left.push_back(j > 0 ? dp.halo : p);
-        dp.widths.right.push_back(j < P - 1 ? dp.halo : p);
-        if (P > 1 && e[j] < dp.halo) {
-          plan.why_not = "a shard on " + where + " is thinner than the halo " + std::to_string(dp.halo);
-          return plan;
-        }
-        const int64_t out = e[j] + dp.widths.left[j] + dp.widths.right[j] - 2 * dp.halo;
-        if (out < 1) {
-          plan.why_not = "an edge shard on " + where + " gets no output position (padding " + std::to_string(p) +
-                         " < halo " + std::to_string(dp.halo) + ")";
-          return plan;
-        }
+        dp.widths.left.push_back(j > 0 ? h : p);
+        dp.widths.right.push_back(j < P - 1 ? h : p);
+        const int64_t out = e[j] + dp.widths.left[j] + dp.widths.right[j] - 2 * h;
+        if (e[j] < std::max<int64_t>(h, 1) || out < 1) dp.general = true;
         dp.out_extents.push_back(out);
+      }
+      if (dp.general) {
+        // Output i is centred on input slice c = i + h - p, c in [h - p, L + p - h); coordinate j computes the
+        // centres it owns (the first also those before 0, the last those from L on), from the input window
+        // [first centre - h, last centre + h]. A coordinate without output gets the window [-(2h+1), 0): edge
+        // fill only, nothing received (its local op's one output is dropped).
+        int64_t len = 0;
+        for (int64_t ej : e) len += ej;
+        const int64_t cmin = h - p, cmax = len + p - h;
+        if (cmax <= cmin) {
+          plan.why_not = "the kernel does not fit " + where;
+          return plan;
+        }
+        dp.out_extents.clear();
+        int64_t off = 0;
+        for (int j = 0; j < P; ++j) {
+          const int64_t lo = j == 0 ? cmin : std::max(off, cmin);
+          const int64_t hi = j == P - 1 ? cmax : std::min(off + e[j], cmax);
+          const int64_t n = std::max<int64_t>(0, hi - lo);
+          dp.out_extents.push_back(n);
+          dp.win_lo.push_back(n > 0 ? lo - h : -(2 * h + 1));
+          dp.win_hi.push_back(n > 0 ? hi + h : 0);
+          off += e[j];
+        }
       }
       plan.padding[i] = 0;  // the halo op pads this dim
     } else {
@@ -174,10 +211,13 @@ ShardTensor run_window(const char* op, const ShardTensor& x, const WindowPlan& p
   if (halos.empty()) {
     y = local_conv(in);
   } else {
-    for (size_t i = 0; i + 1 < halos.size(); ++i) {
-      const WindowDim& dp = *halos[i];
-      in = halo_pad(op, in, x.mesh(), dp.axis, dp.dim, dp.widths, edge_value, false).padded;
-    }
+    auto pad_blocking = [&](const WindowDim& dp, const Tensor& t) {
+      if (dp.general)
+        return halo_window(op, t, x.mesh(), dp.axis, dp.dim, x.spec().extents(dp.axis), dp.win_lo, dp.win_hi,
+                           edge_value);
+      return halo_pad(op, t, x.mesh(), dp.axis, dp.dim, dp.widths, edge_value, false).padded;
+    };
+    for (size_t i = 0; i + 1 < halos.size(); ++i) in = pad_blocking(*halos[i], in);
     // The last halo dim: interior outputs while its halos travel, then the edge strips.
     const WindowDim& dp = *halos.back();
     const int64_t n = in.size(dp.dim), h = dp.halo;
@@ -185,7 +225,7 @@ ShardTensor run_window(const char* op, const ShardTensor& x, const WindowPlan& p
     // structure, and the collectives must come in the same order everywhere), so the choice is made from every
     // rank's extent, and every rank builds the same three parts even where a slab is empty (a global edge).
     const std::vector<int64_t>& e = x.spec().extents(dp.axis);
-    if (e.size() > 1 && *std::min_element(e.begin(), e.end()) >= 2 * h + 3) {
+    if (!dp.general && e.size() > 1 && *std::min_element(e.begin(), e.end()) >= 2 * h + 3) {
       // Only the halo slabs are received (no padded copy of the local input). While they travel, the outputs
       // that need no halo are computed on the local tensor itself (no copy; its first and last output are
       // dropped: the strips recompute them); then the edge strips [left slab | 2h+1 slices] and
@@ -197,8 +237,12 @@ ShardTensor run_window(const char* op, const ShardTensor& x, const WindowPlan& p
       const Tensor right = local_conv(cat({narrow(in, dp.dim, n - 2 * h - 1, 2 * h + 1), hs.right}, dp.dim));
       y = cat({left, interior, right}, dp.dim);
     } else {
-      y = local_conv(halo_pad(op, in, x.mesh(), dp.axis, dp.dim, dp.widths, edge_value, false).padded);
+      y = local_conv(pad_blocking(dp, in));
     }
+    // A coordinate without output along a general halo dim ran its local op on an edge-filled window of one
+    // output: dropped here, so that every rank still records the same nodes (its weight grads are zeros).
+    for (const WindowDim* g : halos)
+      if (g->general && g->out_extents[axis_comm(x.mesh(), g->axis).rank()] == 0) y = narrow(y, g->dim, 0, 0);
   }
   return wrap_output(x, y, plan.dims);
 }

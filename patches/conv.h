@@ -20,7 +20,8 @@
 namespace shardrt {
 
 // Stride-1 odd effective kernels (dilation allowed, any symmetric padding: zeros only at the GLOBAL edges) get a
-// halo of dilation*(k-1)/2 on each sharded spatial dim; kernel == stride (padding 0, dilation 1) is a local
+// halo of dilation*(k-1)/2 on each sharded spatial dim, for any extents (shards thinner than the halo, zero-size
+// ones included, take the general halo: one all_to_all_v; see patches/conv.cpp); kernel == stride (padding 0, dilation 1) is a local
 // "patchify" (every rank's extent a multiple of the stride). Unsharded dims, and dims sharded over an axis of one
 // rank, take any stride/padding/dilation.
 ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride = {1},
@@ -76,6 +77,17 @@ struct HaloSlabs {
 HaloSlabs halo_slabs(const char* op, const Tensor& local, const Mesh& mesh, int axis, int dim, const HaloWidths& widths,
                      double edge_value);
 
+// The general halo, for shards thinner than the halo they must provide (zero-size ones included): rank j's window
+// is the global slices [win_lo[j], win_hi[j]) of `dim` (an empty range: an empty window), positions outside
+// [0, sum(extents)) filled with edge_value; the slices come from whichever ranks own them, in ONE all_to_all_v on
+// `axis` under "<op>.forward" (the counts derived from `extents` and the windows, identical on every rank; a rank
+// keeps its own slices locally). Backward: the reverse all_to_all_v under "<op>.backward" carries the windows'
+// grads back to their owners, which add them into their slices. Every rank records the node. Output: the window,
+// extent max(0, win_hi[r] - win_lo[r]) along dim.
+Tensor halo_window(const char* op, const Tensor& local, const Mesh& mesh, int axis, int dim,
+                   const std::vector<int64_t>& extents, const std::vector<int64_t>& win_lo,
+                   const std::vector<int64_t>& win_hi, double edge_value);
+
 // Shared by the window ops (conv, pooling; patches/conv.cpp). Why x's placements cannot take any op of this
 // family ("" when they can): shards only on the batch or spatial dims, no Partial.
 std::string placement_problem(const ShardTensor& x);
@@ -89,6 +101,10 @@ struct WindowDim {
   int64_t halo = 0;
   HaloWidths widths;                 // halo: (left, right) of every coordinate; edge coordinates get p
   std::vector<int64_t> out_extents;  // every coordinate's output extent
+  // halo, general fallback (some extent thinner than the halo it must serve, or an edge without output): every
+  // coordinate's input window [win_lo, win_hi) in global coordinates of the dim (outside [0, L): the edge fill)
+  bool general = false;
+  std::vector<int64_t> win_lo, win_hi;
 };
 struct WindowPlan {
   std::string why_not;  // empty when accepted; else the reason for MissingShardPatch

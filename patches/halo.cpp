@@ -14,6 +14,13 @@
 // halo_slabs is the same exchange (same collectives, bytes and backward) without the padded copy: only the
 // slices the neighbours need are packed, and the received left/right slabs come back as two tensors.
 //
+// halo_window is the general halo, for shards thinner than the halo they serve (zero-size ones included): each
+// rank's window (global slices [win_lo[r], win_hi[r]), outside the global range the edge fill) is assembled from
+// whichever ranks own its slices. Forward: one all_to_all_v on `axis` under "<op>.forward": rank r sends each
+// other rank j its own slices inside j's window (|own_r ∩ window_j| slices; its own part is copied locally).
+// Backward: one all_to_all_v under "<op>.backward" with the counts reversed, the window's grads going back to
+// their owners, which add them into their slices. Saved: the routes (O(P)). Every rank records the node.
+//
 // The ring wrap (circular padding of a sharded dim, also declared in patches/conv.h): the first rank prepends the
 // last `lo` slices of the last rank, the last rank appends the first `hi` slices of the first rank — the ring
 // neighbours. Forward: two ring_shifts on `axis` under "<op>.forward" (offset +1: the last rank sends lo slices to
@@ -21,6 +28,8 @@
 // takes part). Backward: the same two shifts reversed under "<op>.backward", carrying the wrapped slices' grads
 // home, added into the owners' tail/head. Saved: nothing. Needs lo <= e_last and hi <= e_first (checked by the
 // caller from the spec).
+#include <algorithm>
+
 #include "autograd/function.h"
 #include "mesh/ledger.h"
 #include "patches/conv.h"
@@ -149,6 +158,116 @@ std::vector<Tensor> slab_backward(SlabCtx& ctx, const std::vector<Tensor>& grad_
   return {grad};
 }
 
+// The general halo (see halo_window in patches/conv.h): what this rank sends to and receives from each peer of
+// the axis, as ranges of slices along `dim`, decided from every rank's extents and windows alone.
+struct WindowRoutes {
+  std::vector<int64_t> send_at, send_len;  // peer j: my local slices [send_at, +send_len) it needs
+  std::vector<int64_t> recv_at, recv_len;  // peer j: its slices land at my window positions [recv_at, +recv_len)
+  int64_t self_src = 0, self_dst = 0, self_len = 0;  // my own slices inside my window
+};
+
+WindowRoutes window_routes(int r, const std::vector<int64_t>& e, const std::vector<int64_t>& win_lo,
+                           const std::vector<int64_t>& win_hi) {
+  const int p = static_cast<int>(e.size());
+  std::vector<int64_t> off(p + 1, 0);
+  for (int j = 0; j < p; ++j) off[j + 1] = off[j] + e[j];
+  WindowRoutes w;
+  w.send_at.assign(p, 0);
+  w.send_len.assign(p, 0);
+  w.recv_at.assign(p, 0);
+  w.recv_len.assign(p, 0);
+  // The part of owner `o`'s slices inside window `j` (an empty window takes nothing).
+  auto overlap = [&](int o, int j, int64_t& lo, int64_t& len) {
+    lo = std::max(off[o], win_lo[j]);
+    const int64_t hi = std::min(off[o + 1], win_hi[j]);
+    len = win_hi[j] > win_lo[j] ? std::max<int64_t>(0, hi - lo) : 0;
+  };
+  for (int j = 0; j < p; ++j) {
+    int64_t lo = 0, len = 0;
+    overlap(r, j, lo, len);
+    if (j == r) {
+      w.self_src = lo - off[r];
+      w.self_dst = lo - win_lo[r];
+      w.self_len = len;
+      continue;
+    }
+    w.send_at[j] = lo - off[r];
+    w.send_len[j] = len;
+    overlap(j, r, lo, len);
+    w.recv_at[j] = lo - win_lo[r];
+    w.recv_len[j] = len;
+  }
+  return w;
+}
+
+int64_t slice_numel(const Shape& shape, int dim) {
+  int64_t n = 1;
+  for (int d = 0; d < static_cast<int>(shape.size()); ++d)
+    if (d != dim) n *= shape[d];
+  return n;
+}
+
+// One all_to_all_v on `comm`: the slices [send_at[j], +send_len[j]) of `from` go to peer j; what peer j sends
+// lands at [recv_at[j], +recv_len[j]) of `into`, added to what is there when `add_into`, else copied.
+void route_slices(const Communicator& comm, int dim, const Tensor& from, const std::vector<int64_t>& send_at,
+                  const std::vector<int64_t>& send_len, const Tensor& into, const std::vector<int64_t>& recv_at,
+                  const std::vector<int64_t>& recv_len, bool add_into) {
+  const int p = comm.size();
+  const int64_t slice = slice_numel(from.shape(), dim);
+  std::vector<int64_t> send_counts(p), recv_counts(p);
+  int64_t ns = 0, nr = 0;
+  for (int j = 0; j < p; ++j) {
+    send_counts[j] = send_len[j] * slice;
+    recv_counts[j] = recv_len[j] * slice;
+    ns += send_counts[j];
+    nr += recv_counts[j];
+  }
+  const Tensor send = Tensor::empty({ns}, from.dtype(), from.device());
+  const Tensor recv = Tensor::empty({nr}, from.dtype(), from.device());
+  int64_t at = 0;
+  for (int j = 0; j < p; ++j) {
+    if (send_len[j] > 0) {
+      Shape shape = from.shape();
+      shape[dim] = send_len[j];
+      send.narrow(0, at, send_counts[j]).view(shape).copy_(from.narrow(dim, send_at[j], send_len[j]));
+    }
+    at += send_counts[j];
+  }
+  comm.all_to_all_v(send, send_counts, recv, recv_counts);
+  at = 0;
+  for (int j = 0; j < p; ++j) {
+    if (recv_len[j] > 0) {
+      Shape shape = into.shape();
+      shape[dim] = recv_len[j];
+      const Tensor got = recv.narrow(0, at, recv_counts[j]).view(shape);
+      Tensor dst = into.narrow(dim, recv_at[j], recv_len[j]);
+      dst.copy_(add_into ? add(dst, got) : got);
+    }
+    at += recv_counts[j];
+  }
+}
+
+struct WindowCtx {
+  Mesh mesh;
+  int axis = 0;
+  int dim = 0;
+  Shape local_shape;
+  WindowRoutes routes;
+  std::string label;  // "<op>.backward"
+};
+
+std::vector<Tensor> window_backward(WindowCtx& ctx, const std::vector<Tensor>& grad_outputs) {
+  Communicator& comm = axis_comm(ctx.mesh, ctx.axis);
+  const Tensor g = grad_outputs[0].contiguous();
+  const WindowRoutes& w = ctx.routes;
+  Tensor grad = zeros(ctx.local_shape, {g.dtype(), g.device()});
+  if (w.self_len > 0) grad.narrow(ctx.dim, w.self_src, w.self_len).copy_(g.narrow(ctx.dim, w.self_dst, w.self_len));
+  // The reverse route: the grads of the slices peer j sent me go back to j; the grads of mine it used come here.
+  auto scope = comm.ledger().scope(ctx.label);
+  route_slices(comm, ctx.dim, g, w.recv_at, w.recv_len, grad, w.send_at, w.send_len, true);
+  return {grad};
+}
+
 }  // namespace
 
 HaloSlabs halo_slabs(const char* op, const Tensor& local, const Mesh& mesh, int axis, int dim, const HaloWidths& widths,
@@ -223,6 +342,27 @@ HaloPadded halo_pad(const char* op, const Tensor& local, const Mesh& mesh, int a
   out.padded = record_collective(name.c_str(), {local}, std::vector<Tensor>{padded}, true,
                                  HaloCtx{mesh, axis, dim, widths, std::string(op) + ".backward"}, halo_backward)[0];
   return out;
+}
+
+Tensor halo_window(const char* op, const Tensor& local, const Mesh& mesh, int axis, int dim,
+                   const std::vector<int64_t>& extents, const std::vector<int64_t>& win_lo,
+                   const std::vector<int64_t>& win_hi, double edge_value) {
+  Communicator& comm = axis_comm(mesh, axis);
+  const int r = comm.rank();
+  const WindowRoutes w = window_routes(r, extents, win_lo, win_hi);
+  const Tensor x = local.detach().contiguous();
+  Shape shape = x.shape();
+  shape[dim] = std::max<int64_t>(0, win_hi[r] - win_lo[r]);
+  Tensor out = full(shape, edge_value, {x.dtype(), x.device()});
+  if (w.self_len > 0) out.narrow(dim, w.self_dst, w.self_len).copy_(x.narrow(dim, w.self_src, w.self_len));
+  {
+    auto scope = comm.ledger().scope(std::string(op) + ".forward");
+    route_slices(comm, dim, x, w.send_at, w.send_len, out, w.recv_at, w.recv_len, false);
+  }
+  const std::string name = std::string(op) + ".halo_window";
+  return record_collective(name.c_str(), {local}, std::vector<Tensor>{out}, true,
+                           WindowCtx{mesh, axis, dim, local.shape(), w, std::string(op) + ".backward"},
+                           window_backward)[0];
 }
 
 }  // namespace shardrt::patch

@@ -3,31 +3,36 @@
 // Accepted placements (all): x (B, C, *spatial), every mesh axis Replicate or Shard(d) with d the batch dim or a
 //   spatial dim; a sharded channel dim or Partial -> MissingShardPatch. Per sharded spatial dim (extents e_j):
 //   avg_pool / max_pool (kernel k, stride s, padding p): k == s with p == 0 and every e_j a positive multiple
-//     of s (local), or s == 1 with k odd and every e_j >= max(k/2, 1) (halo k/2, as conv); on an axis of one rank
-//     any k/s/p (the local op). Else MissingShardPatch.
-//   upsample_nearest / upsample_linear: out_size = f * global extent for an integer f, every e_j >= 1;
-//     linear only with align_corners = false. Else MissingShardPatch.
+//     of s (local), or s == 1 with k odd and any extents, zero-size shards included (halo k/2, as conv: the
+//     neighbour path when every e_j >= max(k/2, 1), else the general halo); on an axis of one rank any k/s/p
+//     (the local op). Else MissingShardPatch.
+//   upsample_nearest / upsample_linear: out_size = f * global extent for an integer f; nearest needs every
+//     e_j >= 1, linear (align_corners = false only) takes zero-size shards too. Else MissingShardPatch.
 //   pad: constant / reflect / replicate, non-negative pads; reflect needs the edge shards longer than their pad,
 //     replicate non-empty edge shards where they pad; circular needs e_last >= lo and e_first >= hi (the wrapped
 //     slices come from one shard).
 // Output: x's placements; per-rank extents computed locally: pooling as conv (patches/conv.cpp: e_j / s, or
-//   e_j + lw_j + rw_j - 2h); upsampling f * e_j; pad e_j plus lo on coordinate 0 and hi on the last coordinate.
+//   e_j + lw_j + rw_j - 2h, or the general path's centre ownership, 0 on a zero-size shard); upsampling f * e_j; pad e_j plus lo on coordinate 0 and hi on the last coordinate.
 // Forward collectives:
 //   pooling with a halo: one halo_exchange per halo dim under "<op>.forward" (h slices to each existing
-//     neighbour), the last one overlapped with the interior pooling; max_pool fills the global edges with -inf.
+//     neighbour), the last one overlapped with the interior pooling, or, on the general path, one all_to_all_v
+//     per such dim (the bytes as conv's, patches/conv.cpp); max_pool fills the global edges with -inf.
 //   upsample_linear: one halo_exchange per sharded spatial dim under "upsample_linear.forward" (1 slice to each
-//     existing neighbour; the global edges are replicated locally, as the serial op clamps).
+//     existing neighbour; the global edges are replicated locally, as the serial op clamps); with a zero-size
+//     shard on the axis, one all_to_all_v instead (patch::halo_window: coordinate j receives the slices of
+//     [o_j - 1, o_j + e_j + 1) ∩ [0, L) it does not own; rank r sends sum_{j != r} |own_r ∩ window_j| slices).
 //   pad circular on a sharded dim of P > 1 ranks: two ring_shifts on its axis under "pad.forward" (the last rank
 //     sends lo slices to the first, the first hi slices to the last; the other ranks take part with empty
 //     messages). nearest, kernel == stride pooling, constant/reflect/replicate pad: none.
-// Backward collectives: one halo_exchange (ring_shift) per forward one, same axis and bytes, under
-//   "<op>.backward" (the halo grads return to their owners); no parameters, so no all-reduce.
+// Backward collectives: one halo_exchange (ring_shift, all_to_all_v) per forward one, same axis, under
+//   "<op>.backward" (all_to_all_v: the reverse counts, as conv's) (the halo grads return to their owners); no parameters, so no all-reduce.
 // Saved for backward per rank: the local op's on the halo-padded local input: O(local + halo).
 #include "patches/conv.h"
 #include "patches/dispatch.h"
 #include "patches/errors.h"
 #include "patches/patch_util.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace shardrt {
@@ -78,14 +83,18 @@ UpsamplePlan plan_upsample(const ShardTensor& x, const std::vector<int64_t>& out
     const int64_t f = out / len;
     const std::vector<int64_t>& e = x.spec().extents(dp.axis);
     const int P = static_cast<int>(e.size());
+    // A zero-size shard cannot serve its neighbours' halo of one slice: the general halo (patch::halo_window),
+    // coordinate j reading the global slices [o_j - 1, o_j + e_j + 1) clipped to [0, L) (the global edges are
+    // replicated locally); a zero-size one reads the edge-filled window [-1, 0): nothing received.
+    int64_t off = 0;
     for (int j = 0; j < P; ++j) {
-      if (e[j] == 0) {
-        plan.why_not = "a zero-size shard on dim " + std::to_string(d);
-        return plan;
-      }
+      if (e[j] == 0) dp.general = true;
       dp.out_extents.push_back(e[j] * f);
       dp.widths.left.push_back(j > 0 ? 1 : 0);
       dp.widths.right.push_back(j < P - 1 ? 1 : 0);
+      dp.win_lo.push_back(e[j] > 0 ? std::max<int64_t>(0, off - 1) : -1);
+      dp.win_hi.push_back(e[j] > 0 ? std::min(len, off + e[j] + 1) : 0);
+      off += e[j];
     }
     plan.dims.push_back(dp);
     plan.factor.push_back(f);
@@ -123,6 +132,8 @@ ShardTensor max_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, c
 ShardTensor upsample_nearest(const ShardTensor& x, const std::vector<int64_t>& out_size) {
   const UpsamplePlan plan = plan_upsample(x, out_size);
   if (!plan.why_not.empty()) missing("upsample_nearest", x, plan.why_not);
+  for (const patch::WindowDim& dp : plan.dims)
+    if (dp.general) missing("upsample_nearest", x, "a zero-size shard on dim " + std::to_string(dp.dim));
   // Integer factors: output j reads input j / f, inside the same shard.
   const Tensor y = upsample_nearest(x.local(), local_out_size(x.local(), out_size, plan));
   return patch::wrap_output(x, y, plan.dims);
@@ -134,18 +145,36 @@ ShardTensor upsample_linear(const ShardTensor& x, const std::vector<int64_t>& ou
   if (!plan.why_not.empty()) missing("upsample_linear", x, plan.why_not);
   // One slice of each neighbour per side; the global edges replicate their last slice, which is what the serial
   // op's clamping reads. Upsampled by f, the padded block's outputs [f, f + f*n) are exactly this rank's.
+  // The general halo (a zero-size shard on the axis): the window holds the neighbours' slices where they exist;
+  // a zero-size coordinate upsamples its edge-filled slice and drops the result (the same graph everywhere).
   Tensor in = x.local();
   for (const patch::WindowDim& dp : plan.dims) {
-    in = patch::halo_pad("upsample_linear", in, x.mesh(), dp.axis, dp.dim, dp.widths, 0.0, false).padded;
     const Communicator& comm = patch::axis_comm(x.mesh(), dp.axis);
-    const int64_t lo = comm.rank() == 0 ? 1 : 0, hi = comm.rank() == comm.size() - 1 ? 1 : 0;
+    const int r = comm.rank();
+    int64_t lo = r == 0 ? 1 : 0, hi = r == comm.size() - 1 ? 1 : 0;
+    if (dp.general) {
+      const std::vector<int64_t>& e = x.spec().extents(dp.axis);
+      int64_t off = 0, len = 0;
+      for (int j = 0; j < static_cast<int>(e.size()); ++j) {
+        if (j < r) off += e[j];
+        len += e[j];
+      }
+      in = patch::halo_window("upsample_linear", in, x.mesh(), dp.axis, dp.dim, e, dp.win_lo, dp.win_hi, 0.0);
+      lo = e[r] > 0 && off == 0 ? 1 : 0;
+      hi = e[r] > 0 && off + e[r] == len ? 1 : 0;
+    } else {
+      in = patch::halo_pad("upsample_linear", in, x.mesh(), dp.axis, dp.dim, dp.widths, 0.0, false).padded;
+    }
     in = pad(in, pads_on(in.dim(), dp.dim, lo, hi), PadMode::replicate);
   }
   Tensor y = upsample_linear(in, local_out_size(in, out_size, plan), false);
   for (size_t i = 0; i < plan.dims.size(); ++i) {
-    const int d = plan.dims[i].dim;
+    const patch::WindowDim& dp = plan.dims[i];
     const int64_t f = plan.factor[i];
-    y = narrow(y, d, f, y.size(d) - 2 * f);
+    if (dp.out_extents[patch::axis_comm(x.mesh(), dp.axis).rank()] == 0)
+      y = narrow(y, dp.dim, 0, 0);
+    else
+      y = narrow(y, dp.dim, f, y.size(dp.dim) - 2 * f);
   }
   return patch::wrap_output(x, y, plan.dims);
 }

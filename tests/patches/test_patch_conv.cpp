@@ -158,15 +158,23 @@ TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[pa
   const ShardTensor xc = distribute(rnd({1, 4, 5}, 143), line, on_line(Placement::Shard(1)));
   CHECK_THROWS_AS(conv(xc, rnd({2, 4, 3}, 144), Tensor(), {1}, {1}, {1}), MissingShardPatch);
   if (p >= 2) {
-    // A shard thinner than the halo: kernel 5 (halo 2) on shards of 1.
-    const ShardTensor thin = distribute(rnd({1, 2, p}, 145), line, on_line(Placement::Shard(2)));
-    CHECK_THROWS_AS(conv(thin, rnd({2, 2, 5}, 146), Tensor(), {1}, {2}, {1}), MissingShardPatch);
+    // A shard thinner than the halo: kernel 5 (halo 2) on shards of 1 takes the general halo (all_to_all_v;
+    // its bytes are checked in test_patch_conv_thin.cpp).
+    ShardedCase thin = sharded_case("conv1d k5 on shards of 1", {rnd({1, 2, p}, 145)}, {on_line(Placement::Shard(2))});
+    thin.params = {rnd({2, 2, 5}, 146), rnd({2}, 148)};
+    const ShardedCheckResult tr = check_sharded(line, conv_fn({1}, {2}, {1}), thin);
+    INFO(tr.report);
+    CHECK(tr.ok);
   }
   for (const ExtentsCase& e : extents_cases(13, p)) {
     if (e.name != "zero-size shard") continue;
-    // A zero-size shard: no output position for the local kernel (halo conv and patchify alike).
-    const ShardTensor z = distribute(x, line, on_line(Placement::Shard(2)), Ext::value_type{e.extents});
-    CHECK_THROWS_AS(conv(z, w3, Tensor(), {1}, {1}, {1}), MissingShardPatch);
-    CHECK_THROWS_AS(conv_transpose(z, rnd({2, 2, 2}, 147), Tensor()), MissingShardPatch);
+    // A zero-size shard: the halo conv takes the general halo; conv_transpose has no output position for it.
+    ShardedCase z = sharded_case("conv1d zero-size shard", {x}, {on_line(Placement::Shard(2))}, Ext{{e.extents}});
+    z.params = {w3, rnd({2}, 149)};
+    const ShardedCheckResult zr = check_sharded(line, conv_fn({1}, {1}, {1}), z);
+    INFO(zr.report);
+    CHECK(zr.ok);
+    const ShardTensor zs = distribute(x, line, on_line(Placement::Shard(2)), Ext::value_type{e.extents});
+    CHECK_THROWS_AS(conv_transpose(zs, rnd({2, 2, 2}, 147), Tensor()), MissingShardPatch);
   }
 }

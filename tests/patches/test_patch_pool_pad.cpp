@@ -148,7 +148,12 @@ TEST_CASE("patch pool/upsample/pad: MissingShardPatch for what cannot be split e
   CHECK_THROWS_AS(upsample_linear(x, {26}, true), MissingShardPatch);
   if (p >= 2) {
     const ShardTensor thin = distribute(rnd({1, 2, p}, 231), line, on_line(Placement::Shard(2)));
-    CHECK_THROWS_AS(max_pool(thin, {5}, {1}, {2}), MissingShardPatch);  // halo 2 on shards of 1
+    // Halo 2 on shards of 1: the general halo (all_to_all_v; bytes checked in test_patch_conv_thin.cpp).
+    const ShardedCheckResult tr = check_sharded(
+        line, one([](const ShardTensor& t) { return max_pool(t, {5}, {1}, {2}); }),
+        sharded_case("max_pool k5 on shards of 1", {rnd({1, 2, p}, 231)}, {on_line(Placement::Shard(2))}));
+    INFO(tr.report);
+    CHECK(tr.ok);
     CHECK_THROWS_AS(pad(thin, {1, 1}, PadMode::reflect), MissingShardPatch);
     CHECK_THROWS_AS(pad(thin, {2, 0}, PadMode::circular), MissingShardPatch);  // 2 slices from a shard of 1
   }
@@ -156,8 +161,19 @@ TEST_CASE("patch pool/upsample/pad: MissingShardPatch for what cannot be split e
     if (e.name != "zero-size shard") continue;
     const ShardTensor z =
         distribute(rnd({1, 2, 13}, 232), line, on_line(Placement::Shard(2)), Ext::value_type{e.extents});
-    CHECK_THROWS_AS(avg_pool(z, {3}, {1}, {1}), MissingShardPatch);
+    const ShardedCheckResult zr =
+        check_sharded(line, one([](const ShardTensor& t) { return avg_pool(t, {3}, {1}, {1}); }),
+                      sharded_case("avg_pool zero-size shard", {rnd({1, 2, 13}, 232)}, {on_line(Placement::Shard(2))},
+                                   Ext{{e.extents}}));
+    INFO(zr.report);
+    CHECK(zr.ok);
     CHECK_THROWS_AS(upsample_nearest(z, {26}), MissingShardPatch);
-    CHECK_THROWS_AS(upsample_linear(z, {26}), MissingShardPatch);
+    // Linear upsampling takes the general halo (all_to_all_v; bytes checked in test_patch_conv_thin.cpp).
+    const ShardedCheckResult lr =
+        check_sharded(line, one([](const ShardTensor& t) { return upsample_linear(t, {26}); }),
+                      sharded_case("linear x2 zero-size shard", {rnd({1, 2, 13}, 233)}, {on_line(Placement::Shard(2))},
+                                   Ext{{e.extents}}));
+    INFO(lr.report);
+    CHECK(lr.ok);
   }
 }
