@@ -53,8 +53,8 @@ void bind_grad(Tensor& t, const Tensor& buffer) {
 Edge gradient_edge(const Tensor& t) {
   const auto& m = t.autograd_meta();
   if (!m) return {};
-  if (m->grad_fn) return Edge{m->grad_fn, m->output_nr, nullptr};
-  if (m->requires_grad) return Edge{nullptr, 0, m};
+  if (m->grad_fn) return Edge{m->grad_fn, m->output_nr, nullptr, {}};
+  if (m->requires_grad) return Edge{nullptr, 0, m, {}};
   return {};
 }
 
