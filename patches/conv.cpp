@@ -4,11 +4,11 @@
 //   spatial dim; w, bias plain replicated Tensors. Per sharded spatial dim (k kernel, s stride, p padding,
 //   dl dilation, K = dl*(k-1)+1, h = (K-1)/2, e_j the extent of coordinate j of P, L = sum e_j):
 //     halo:     s == 1, K odd, any p, any extents (zero-size shards included) as long as L + 2p >= K;
-//     patchify: k == s, p == 0, dl == 1; every e_j a positive multiple of s.
+//     patchify: k == s, p == 0, dl == 1; every e_j a multiple of s (0 included: an empty output shard).
 //   Unsharded dims, and dims sharded over an axis of one rank, take any s/p/dl (the local op). Anything else (s > 1
-//   with k != s, an even K that is not a patchify, a zero-size shard of a patchify, a sharded channel dim, Partial)
+//   with k != s, an even K that is not a patchify, a sharded channel dim, Partial)
 //   -> MissingShardPatch with the reason, decided from the spec alone (same on every rank).
-//   conv_transpose (kernel == stride, no padding): any positive extents.
+//   conv_transpose (kernel == stride, no padding): any extents, zero-size shards included.
 // Halo dims take one of two paths, chosen from the spec alone (the same on every rank):
 //   neighbour path: every e_j >= max(h, 1) and every output extent below >= 1 (the normal case);
 //   general path:   otherwise (some shard thinner than the halo it serves, a zero-size shard, an edge shard
@@ -118,10 +118,6 @@ WindowPlan plan_window(const ShardTensor& x, const std::vector<int64_t>& kernel_
     }
     if (k == s && p == 0 && dl == 1) {
       dp.kind = WindowKind::patchify;
-      if (*std::min_element(e.begin(), e.end()) == 0) {
-        plan.why_not = "a zero-size shard on " + where + " (the local kernel needs at least one output position)";
-        return plan;
-      }
       for (int64_t ej : e) {
         if (ej % s != 0) {
           plan.why_not = "kernel == stride " + std::to_string(s) + " but a shard extent on " + where +
@@ -273,10 +269,7 @@ ShardTensor conv_transpose(const ShardTensor& x, const Tensor& w, const Tensor& 
     dp.axis = x.spec().axis_sharding(d);
     if (dp.axis < 0) continue;
     dp.kind = patch::WindowKind::patchify;
-    for (int64_t e : x.spec().extents(dp.axis)) {
-      if (e == 0) why = "a zero-size shard on dim " + std::to_string(d);
-      dp.out_extents.push_back(e * w.size(d));
-    }
+    for (int64_t e : x.spec().extents(dp.axis)) dp.out_extents.push_back(e * w.size(d));
     dims.push_back(dp);
   }
   if (!why.empty())

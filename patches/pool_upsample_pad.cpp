@@ -6,8 +6,9 @@
 //     of s (local), or s == 1 with k odd and any extents, zero-size shards included (halo k/2, as conv: the
 //     neighbour path when every e_j >= max(k/2, 1), else the general halo); on an axis of one rank any k/s/p
 //     (the local op). Else MissingShardPatch.
-//   upsample_nearest / upsample_linear: out_size = f * global extent for an integer f; nearest needs every
-//     e_j >= 1, linear (align_corners = false only) takes zero-size shards too. Else MissingShardPatch.
+//   upsample_nearest / upsample_linear: out_size = f * global extent for an integer f; both take zero-size shards
+//     (nearest is local: an empty shard upsamples to an empty one); linear only with align_corners = false.
+//     Else MissingShardPatch.
 //   pad: constant / reflect / replicate, non-negative pads; reflect needs the edge shards longer than their pad,
 //     replicate non-empty edge shards where they pad; circular needs e_last >= lo and e_first >= hi (the wrapped
 //     slices come from one shard).
@@ -132,9 +133,7 @@ ShardTensor max_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, c
 ShardTensor upsample_nearest(const ShardTensor& x, const std::vector<int64_t>& out_size) {
   const UpsamplePlan plan = plan_upsample(x, out_size);
   if (!plan.why_not.empty()) missing("upsample_nearest", x, plan.why_not);
-  for (const patch::WindowDim& dp : plan.dims)
-    if (dp.general) missing("upsample_nearest", x, "a zero-size shard on dim " + std::to_string(dp.dim));
-  // Integer factors: output j reads input j / f, inside the same shard.
+  // Integer factors: output j reads input j / f, inside the same shard (a zero-size shard gives an empty one).
   const Tensor y = upsample_nearest(x.local(), local_out_size(x.local(), out_size, plan));
   return patch::wrap_output(x, y, plan.dims);
 }

@@ -83,8 +83,9 @@ void plan_conv(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor& bia
   const ConvGeometry g = kernels::cpu::make_conv_geometry(nd, x.size(0), x.size(1), w.size(0), in.data(),
                                                           kernel.data(), stride.data(), padding.data(),
                                                           dilation.data());
+  // An empty input dim gives an empty output dim (a zero-size shard); otherwise the kernel must fit.
   for (int d = 0; d < nd; ++d)
-    SHARDRT_CHECK(g.out[d] >= 1, ShapeError, op, ": kernel ", shape_str(kernel), " with dilation ",
+    SHARDRT_CHECK(g.out[d] >= 1 || in[d] == 0, ShapeError, op, ": kernel ", shape_str(kernel), " with dilation ",
                   shape_str(dilation), " does not fit input ", x.str(), " padded by ", shape_str(padding),
                   " in spatial dim ", d);
   const int64_t in_vol = g.in[0] * g.in[1] * g.in[2], out_vol = g.out[0] * g.out[1] * g.out[2];

@@ -28,10 +28,14 @@ Tensor upsample_forward(UpsampleCtx& ctx, const char* op, UpsampleMode mode, boo
                         const std::vector<int64_t>& out_size) {
   check_float(op, x, "input");
   const int nd = spatial_dims(op, x);
-  ctx.out = per_spatial_dim(op, "output size", out_size, nd, 1);
+  ctx.out = per_spatial_dim(op, "output size", out_size, nd, 0);
   for (int d = 0; d < nd; ++d) {
     ctx.in.push_back(x.size(2 + d));
-    SHARDRT_CHECK(ctx.in[d] >= 1, ShapeError, op, ": spatial dims of ", x.str(), " must be non-empty");
+    // An empty dim maps to an empty dim (a zero-size shard of a sharded input); otherwise both are non-empty.
+    SHARDRT_CHECK(ctx.in[d] >= 1 || ctx.out[d] == 0, ShapeError, op, ": spatial dim ", d, " of ", x.str(),
+                  " is empty and cannot be resized to ", ctx.out[d], " (an empty dim maps only to an empty dim)");
+    SHARDRT_CHECK(ctx.in[d] == 0 || ctx.out[d] >= 1, ValueError, op, ": output size ", shape_str(ctx.out),
+                  " has a 0 for the non-empty spatial dim ", d, " of ", x.str());
   }
   if (x.device().is_cuda()) not_on_cuda(op);
   ctx.name = op;
@@ -45,6 +49,7 @@ Tensor upsample_forward(UpsampleCtx& ctx, const char* op, UpsampleMode mode, boo
   out_shape.insert(out_shape.end(), ctx.out.begin(), ctx.out.end());
   Tensor xc = x.contiguous();
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  if (y.numel() == 0) return y;
   dispatch_float(op, x, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::upsample_forward<T>(mode, align_corners, nd, ctx.planes, ctx.in.data(), ctx.out.data(),
@@ -56,6 +61,10 @@ Tensor upsample_forward(UpsampleCtx& ctx, const char* op, UpsampleMode mode, boo
 std::vector<Tensor> upsample_backward(UpsampleCtx& ctx, const std::vector<Tensor>& grad_outputs) {
   Tensor gy = grad_outputs[0].contiguous();
   Tensor gx = Tensor::empty(ctx.in_shape, gy.dtype(), gy.device());
+  if (gx.numel() == 0 || gy.numel() == 0) {
+    gx.zero_();
+    return {gx};
+  }
   dispatch_float(ctx.name, gy, [&](auto tag) {
     using T = decltype(tag);
     kernels::cpu::upsample_backward<T>(ctx.mode, ctx.align_corners, ctx.nd, ctx.planes, ctx.in.data(),

@@ -455,3 +455,21 @@ TEST_CASE("conv, pooling and upsampling accept an empty batch, forward and backw
   require_values(grad_of(wt), {2, 3, 2, 2}, std::vector<double>(24, 0.0));
   require_values(grad_of(b), {3}, {0, 0, 0});
 }
+
+TEST_CASE("conv and upsample_nearest: an empty spatial dim maps to an empty one", "[spatial]") {
+  // A zero-size shard of a sharded input reaches the local ops as an empty dim: the output is empty along it and
+  // the weight and bias grads are zeros, not garbage.
+  Tensor x = zeros({1, 2, 0}, {DType::f64});
+  Tensor w = ones({3, 2, 2}, {DType::f64}), b = ones({3}, {DType::f64});
+  set_requires_grad(w);
+  set_requires_grad(b);
+  Tensor y = conv1d(x, w, b, /*stride=*/2);
+  CHECK(y.shape() == Shape{1, 3, 0});
+  backward(sum(y));
+  for (double v : grad_of(w).to_vector()) CHECK(v == 0.0);
+  for (double v : grad_of(b).to_vector()) CHECK(v == 0.0);
+  CHECK(upsample_nearest(x, {0}).shape() == Shape{1, 2, 0});
+  CHECK_THROWS_AS(upsample_nearest(x, {4}), ShapeError);
+  CHECK_THROWS_AS(upsample_nearest(ones({1, 2, 3}, {DType::f64}), {0}), ValueError);
+  CHECK_THROWS_AS(conv1d(ones({1, 2, 1}, {DType::f64}), ones({3, 2, 3}, {DType::f64})), ShapeError);
+}

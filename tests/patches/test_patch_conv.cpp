@@ -168,13 +168,27 @@ TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[pa
   }
   for (const ExtentsCase& e : extents_cases(13, p)) {
     if (e.name != "zero-size shard") continue;
-    // A zero-size shard: the halo conv takes the general halo; conv_transpose has no output position for it.
+    // A zero-size shard: the halo conv takes the general halo; conv_transpose and the patchify conv give that
+    // rank an empty output shard (and it still joins the weight-grad all_reduce).
     ShardedCase z = sharded_case("conv1d zero-size shard", {x}, {on_line(Placement::Shard(2))}, Ext{{e.extents}});
     z.params = {w3, rnd({2}, 149)};
     const ShardedCheckResult zr = check_sharded(line, conv_fn({1}, {1}, {1}), z);
     INFO(zr.report);
     CHECK(zr.ok);
-    const ShardTensor zs = distribute(x, line, on_line(Placement::Shard(2)), Ext::value_type{e.extents});
-    CHECK_THROWS_AS(conv_transpose(zs, rnd({2, 2, 2}, 147), Tensor()), MissingShardPatch);
+    ShardedCase zt = sharded_case("conv_transpose1d zero-size shard", {x}, {on_line(Placement::Shard(2))},
+                                  Ext{{e.extents}});
+    zt.params = {rnd({2, 2, 2}, 147), rnd({2}, 150)};
+    const ShardedCheckResult ztr = check_sharded(line, conv_transpose_fn, zt);
+    INFO(ztr.report);
+    CHECK(ztr.ok);
+    std::vector<int64_t> doubled = e.extents;  // patchify needs extents that are multiples of the stride
+    int64_t total = 0;
+    for (int64_t& v : doubled) total += (v *= 2);
+    ShardedCase zp = sharded_case("conv1d patchify zero-size shard", {rnd({1, 2, total}, 151)},
+                                  {on_line(Placement::Shard(2))}, Ext{{doubled}});
+    zp.params = {rnd({3, 2, 2}, 152), rnd({3}, 153)};
+    const ShardedCheckResult zpr = check_sharded(line, conv_fn({2}, {0}, {1}), zp);
+    INFO(zpr.report);
+    CHECK(zpr.ok);
   }
 }
