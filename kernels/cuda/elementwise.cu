@@ -6,14 +6,12 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cuda/launch.cuh"
 #include "runtime/cuda/stream.h"
 
 namespace shardrt::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-// Enough blocks to fill any current GPU; longer arrays loop over the grid.
-constexpr int64_t kMaxBlocks = int64_t{1} << 16;
 constexpr int kMaxDims = 8;
 
 // Launches kernel(args...) with one thread per element of an n-element grid-stride loop; nothing when n == 0.
@@ -24,9 +22,6 @@ void launch(int64_t n, cudaStream_t stream, void (*kernel)(Params...), Args&&...
   kernel<<<blocks, kThreads, 0, stream>>>(std::forward<Args>(args)...);
   SHARDRT_CUDA_CHECK(cudaGetLastError());
 }
-
-__device__ inline int64_t first_index() { return blockIdx.x * int64_t{blockDim.x} + threadIdx.x; }
-__device__ inline int64_t grid_stride() { return int64_t{blockDim.x} * gridDim.x; }
 
 // The device math library under one name per function for both precisions.
 template <typename T>

@@ -5,22 +5,16 @@
 #include <algorithm>
 
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "runtime/cuda/stream.h"
 #include "runtime/cuda_allocator.h"
 
 namespace shardrt::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-// Enough blocks to fill any current GPU; more rows loop over the grid.
-constexpr int64_t kMaxBlocks = int64_t{1} << 16;
 // Parameter-grad row chunks: enough to spread the work over the GPU, few enough that the scratch stays small.
 constexpr int64_t kMaxChunks = 256;
 constexpr int64_t kMinRowsPerChunk = 32;
-
-// Threads of the block that handles one row of length D: a multiple of the warp size, up to 512, and no more than
-// the row needs. Depends on D only, which keeps results reproducible.
-int row_threads(int64_t D) { return static_cast<int>(std::clamp<int64_t>((D + 31) / 32 * 32, 32, 512)); }
 
 unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(rows, kMaxBlocks)); }
 

@@ -7,40 +7,11 @@
 #include <utility>
 
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "runtime/cuda/stream.h"
 
 namespace shardrt::kernels::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-// Enough blocks to fill any current GPU; more work loops over the grid.
-constexpr int64_t kMaxBlocks = int64_t{1} << 16;
-
-// A namespace-scope constant, so device code may use it without calling a host-only constexpr function.
-template <typename T>
-constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-
-unsigned blocks_for(int64_t work, int64_t per_block) {
-  return static_cast<unsigned>(std::min<int64_t>((work + per_block - 1) / per_block, kMaxBlocks));
-}
-
-// Threads of the block that reduces one row of length n: a multiple of the warp size, up to 512 (enough loads in
-// flight per row), and no more than the row needs. Depends on n only, which keeps results reproducible.
-int row_threads(int64_t n) { return static_cast<int>(std::clamp<int64_t>((n + 31) / 32 * 32, 32, 512)); }
-
-__device__ inline int64_t first_index() { return blockIdx.x * int64_t{blockDim.x} + threadIdx.x; }
-__device__ inline int64_t grid_stride() { return int64_t{blockDim.x} * gridDim.x; }
-
-template <typename T>
-__device__ T exp_of(T v);
-template <>
-__device__ float exp_of(float v) {
-  return expf(v);
-}
-template <>
-__device__ double exp_of(double v) {
-  return ::exp(v);
-}
 
 template <typename T>
 __device__ bool is_nan(T v) {
