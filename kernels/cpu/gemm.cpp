@@ -39,8 +39,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
           int64_t ldb, T beta, T* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   // Some BLAS builds reject K == 0 (and its leading dimensions, which may then be 0), so the empty product is
-  // handled here.
-  if (K == 0) {
+  // handled here. alpha == 0 too: the BLAS contract leaves A and B unread then, but OpenBLAS's SkylakeX kernels
+  // still multiply them, so a NaN in A or B would reach C as 0 * NaN.
+  if (K == 0 || alpha == T(0)) {
     scale_matrix(M, N, beta, C, ldc);
     return;
   }
