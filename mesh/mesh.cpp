@@ -16,7 +16,7 @@ struct Mesh::Impl {
   int size = 1;
   NodeLocal local;
   Device device;
-  std::vector<std::unique_ptr<Communicator>> axes;
+  std::vector<std::shared_ptr<Communicator>> axes;  // shared with the sub-meshes of the axes
   std::unique_ptr<Communicator> flat;  // null for a 1-D mesh (its axis is the flat communicator)
 };
 
@@ -114,7 +114,7 @@ Mesh::Mesh(MPI_Comm comm, std::vector<std::string> axis_names, std::vector<int> 
   opts.cuda_device = m.device.is_cuda() ? m.device.index : CommOptions::no_gpu;
 
   if (nd == 1) {
-    m.axes.push_back(std::make_unique<Communicator>(comm, m.names[0], opts));
+    m.axes.push_back(std::make_shared<Communicator>(comm, m.names[0], opts));
     return;
   }
   for (int a = 0; a < nd; ++a) {
@@ -124,7 +124,7 @@ Mesh::Mesh(MPI_Comm comm, std::vector<std::string> axis_names, std::vector<int> 
       if (i != a) color = color * m.shape[i] + m.coords[i];
     MPI_Comm sub = MPI_COMM_NULL;
     MPI_Comm_split(comm, color, m.coords[a], &sub);
-    m.axes.push_back(std::make_unique<Communicator>(sub, m.names[a], opts));
+    m.axes.push_back(std::make_shared<Communicator>(sub, m.names[a], opts));
     MPI_Comm_free(&sub);
   }
   m.flat = std::make_unique<Communicator>(comm, "mesh", opts);
@@ -149,6 +149,23 @@ int Mesh::axis_index(const std::string& name) const {
 int Mesh::axis_size(const std::string& name) const { return impl_->shape[axis_index(name)]; }
 int Mesh::coord(const std::string& name) const { return impl_->coords[axis_index(name)]; }
 Communicator& Mesh::axis(const std::string& name) const { return *impl_->axes[axis_index(name)]; }
+Mesh Mesh::sub(const std::string& axis) const {
+  const int a = axis_index(axis);
+  if (ndim() == 1) return *this;
+  auto impl = std::make_shared<Impl>();
+  Impl& m = *impl;
+  const std::shared_ptr<Communicator>& comm = impl_->axes[a];
+  m.names = {axis};
+  m.shape = {impl_->shape[a]};
+  m.coords = {impl_->coords[a]};
+  m.rank = comm->rank();
+  m.size = comm->size();
+  m.local = node_local(comm->mpi_comm());
+  m.device = impl_->device;
+  m.axes = {comm};
+  return Mesh(std::move(impl));
+}
+
 Communicator& Mesh::flat() const { return impl_->flat ? *impl_->flat : *impl_->axes[0]; }
 
 void Mesh::set_timeout(double seconds) const {

@@ -11,12 +11,13 @@
 // both sizes, raised on every rank before any communication. Each rank is bound to
 // cuda:(node-local rank mod device count), or to the CPU when no GPU is visible.
 //
-// A Mesh is a handle: copies share the same communicators.
+// A Mesh is a handle: copies, and the sub-meshes of its axes, share the same communicators.
 #pragma once
 #include <mpi.h>
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mesh/communicator.h"
@@ -31,6 +32,11 @@ class Mesh {
   // Any named axes, row-major (the last varies fastest); at most one size may be -1 (inferred).
   Mesh(MPI_Comm comm, std::vector<std::string> axis_names, std::vector<int> shape, CommOptions opts = {});
   static Mesh one_d(MPI_Comm comm, const std::string& axis = "domain", CommOptions opts = {});
+  // The 1-D mesh of one named axis: the ranks that differ from this one only in that axis' coordinate, ordered
+  // by it (a 1-D mesh's only axis: the mesh itself). It shares the axis' communicator — the same ledger,
+  // timeout and failure policy, settings made through either mesh apply to both — and this rank's device, so no
+  // communicator is duplicated. Collective over the axis' ranks, which count their node-local ranks again.
+  Mesh sub(const std::string& axis) const;
 
   int ndim() const;
   const std::vector<std::string>& axis_names() const;
@@ -57,6 +63,7 @@ class Mesh {
 
  private:
   struct Impl;
+  explicit Mesh(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;
 };
 

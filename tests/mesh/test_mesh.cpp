@@ -71,6 +71,11 @@ void check_2d(MPI_Comm comm, const std::vector<int>& members, int ddp, int domai
   CHECK(ledger->total_calls() == 3);
 }
 
+// The same ranks in the same order, over the same communicator object.
+bool same_ranks_and_comm(const Mesh& a, const Mesh& b) {
+  return a.shape() == b.shape() && a.rank() == b.rank() && &a.flat() == &b.flat();
+}
+
 }  // namespace
 
 TEST_CASE("mesh: every ddp x domain factorisation of the world", "[mesh]") {
@@ -103,6 +108,48 @@ TEST_CASE("mesh: 1-D mesh", "[mesh]") {
   copy.axis("domain").all_reduce(x);
   CHECK(x.item() == p * (p - 1) / 2.0);
   CHECK_THROWS_AS(m.axis("ddp"), ValueError);
+}
+
+TEST_CASE("mesh: sub(axis) is the 1-D mesh of one axis, sharing its communicator", "[mesh]") {
+  const int p = world_size(), r = world_rank();
+  Mesh line = Mesh::one_d(MPI_COMM_WORLD);
+  Mesh same = line.sub("domain");  // a 1-D mesh's only axis is the mesh itself
+  CHECK(same_ranks_and_comm(same, line));
+  CHECK_THROWS_AS(line.sub("ddp"), ValueError);
+
+  // Every ddp x domain factorisation (2x2 on 4 ranks): each axis' sub-mesh is that axis' group, in coordinate order.
+  for (int ddp = 1; ddp <= p; ++ddp) {
+    if (p % ddp != 0) continue;
+    const int domain = p / ddp;
+    auto ledger = std::make_shared<CommLedger>();
+    CommOptions opts;
+    opts.ledger = ledger;
+    Mesh m(MPI_COMM_WORLD, ddp, domain, opts);
+    INFO(m.str() << " rank " << r);
+    for (const std::string name : {"ddp", "domain"}) {
+      Mesh s = m.sub(name);
+      CHECK(s.ndim() == 1);
+      CHECK(s.axis_names() == std::vector<std::string>{name});
+      CHECK(s.shape() == std::vector<int>{m.axis_size(name)});
+      CHECK(s.size() == m.axis_size(name));
+      CHECK(s.rank() == m.coord(name));
+      CHECK(s.coords() == std::vector<int>{m.coord(name)});
+      CHECK(&s.axis(name) == &m.axis(name));
+      CHECK(&s.flat() == &m.axis(name));
+      CHECK(s.device() == m.device());
+      CHECK(s.local_size() >= 1);
+      CHECK(s.local_rank() < s.local_size());
+      CHECK_THROWS_AS(s.axis(name == "ddp" ? "domain" : "ddp"), ValueError);
+      // Collectives on the sub-mesh run over the axis' group and land in the parent's ledger, under the axis.
+      Tensor x = full({1}, r, {DType::f64});
+      s.flat().all_reduce(x);
+      double want = 0;
+      for (int w : s.flat().world_ranks()) want += w;
+      CHECK(x.item() == want);
+      CHECK(ledger->calls("", "all_reduce", name) == 1);
+    }
+    CHECK(ledger->total_calls() == 2);
+  }
 }
 
 TEST_CASE("mesh: a mesh over a sub-communicator", "[mesh]") {
