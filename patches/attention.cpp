@@ -36,7 +36,7 @@
 //   probabilities exp(s - lse) are then the global ones). Ring steps compute a block in up to four slices of heads
 //   and poll the transfers in flight between slices, so MPI moves the next block during compute rather than in
 //   wait(). CPU tensors only.
-#include "patches/attention.h"
+#include "patches/ops.h"
 
 #include <algorithm>
 #include <cmath>

@@ -97,7 +97,7 @@ Placements partial_as_replicate(Placements p) {
 // parts differ by rank (coordinate 0 holds its value minus (n - 1) times a fixed noise, the others the noise),
 // so only their sum over the axis is the input. Not recorded.
 ShardTensor sharded_input(const Tensor& full, const Mesh& mesh, const Placements& placements,
-                          const std::vector<std::vector<int64_t>>& extents) {
+                          const AxisExtents& extents) {
   NoGradGuard no_grad;
   const Placements layout = partial_as_replicate(placements);
   const ShardTensor d = extents.empty() ? distribute(full, mesh, layout) : distribute(full, mesh, layout, extents);
@@ -183,7 +183,7 @@ ShardedCheckResult check_sharded(const Mesh& mesh, const ShardedFn& fn, const Sh
   // ---- sharded run: each input's local window is a leaf of its own (its grad is this rank's slice) ----
   std::vector<Tensor> leaves, params;
   std::vector<ShardTensor> inputs;
-  const std::vector<std::vector<int64_t>> no_extents;
+  const AxisExtents no_extents;
   for (std::size_t i = 0; i < n_in; ++i) {
     const ShardTensor d =
         sharded_input(c.inputs[i], mesh, c.placements[i], c.extents.empty() ? no_extents : c.extents[i]);

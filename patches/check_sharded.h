@@ -26,7 +26,7 @@ struct ShardedCase {
   std::string name;
   std::vector<Tensor> inputs;                              // full f64 tensors, identical on every rank
   std::vector<Placements> placements;                      // one per input
-  std::vector<std::vector<std::vector<int64_t>>> extents;  // optional per input (empty: split_extents)
+  std::vector<AxisExtents> extents;  // optional per input (empty: split_extents)
   std::vector<bool> input_requires_grad;                   // empty: all true
   std::vector<Tensor> params;                              // full f64 parameters, identical on every rank
   double atol = 1e-10, rtol = 1e-10;

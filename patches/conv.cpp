@@ -1,55 +1,57 @@
 // Sharded convolution (conv1d/2d/3d) and transposed convolution over sharded spatial dims.
 //
 // Accepted placements: x (B, Cin, *spatial) with every mesh axis Replicate or Shard(d), d the batch dim or a
-//   spatial dim; w, bias plain replicated Tensors. Per sharded spatial dim (k kernel, s stride, p padding,
-//   dl dilation, K = dl*(k-1)+1, h = (K-1)/2, e_j the extent of coordinate j of P, L = sum e_j):
-//     halo:     s == 1, K odd, any p, any extents (zero-size shards included) as long as L + 2p >= K;
-//     patchify: k == s, p == 0, dl == 1; every e_j a multiple of s (0 included: an empty output shard).
-//   Unsharded dims, and dims sharded over an axis of one rank, take any s/p/dl (the local op). Anything else (s > 1
-//   with k != s, an even K that is not a patchify, a sharded channel dim, Partial)
-//   -> MissingShardPatch with the reason, decided from the spec alone (same on every rank).
-//   conv_transpose (kernel == stride, no padding): any extents, zero-size shards included.
-// Halo dims take one of two paths, chosen from the spec alone (the same on every rank):
-//   neighbour path: every e_j >= max(h, 1) and every output extent below >= 1 (the normal case);
-//   general path:   otherwise (some shard thinner than the halo it serves, a zero-size shard, an edge shard
-//                   without output).
-// Output: x's placements; per-rank extents computed locally from every rank's extents. Neighbour path:
-//   e_j + lw_j + rw_j - 2h (lw_j = h for j > 0 else p, rw_j = h for j < P-1 else p: interior ranks get halos,
-//   only the global edges get zero padding). General path (the same numbers where both apply): output i is
-//   centred on input slice c = i + h - p, c in [h - p, L + p - h); coordinate j owns the centres in its own slices
-//   [o_j, o_j + e_j) (the first also those below 0, the last those from L on), so a zero-size shard, or an edge
-//   shard thinner than h - p, gets an output extent of 0. Patchify dims e_j / s; conv_transpose dims e_j * k.
-// Forward collectives, per halo dim in dim order, under "conv.forward":
-//   neighbour path: one halo_exchange on its axis: h slices of the input (padded already along the halo dims
-//     exchanged before it, so 2-D meshes fill the corners) to each existing neighbour. The last halo dim's
-//     exchange is asynchronous and moves only the slabs (no padded copy of the local input) when every extent of
-//     its axis is >= 2h+3: the interior outputs (those that need no halo) are computed on the local tensor while
-//     the slabs travel, then the two edge strips [slab | 2h+1 slices], [2h+1 slices | slab]. Thinner shards, and
-//     earlier halo dims (2-D meshes), exchange blocking into a padded copy.
-//   general path: one all_to_all_v on its axis (patch::halo_window): coordinate j reads the input window
-//     [first centre - h, last centre + h] (outside [0, L): zero padding); rank r sends each other coordinate j
-//     the slices of its own [o_r, o_r + e_r) inside j's window: bytes = sum_{j != r} |own_r ∩ window_j| * slice
-//     (a slice = the bytes of one index of the dim of the tensor exchanged), the counts known on every rank; only
-//     the halos travel. A coordinate without output receives nothing: its local op runs on an edge-filled window
-//     of K slices and its one output is dropped (a correctly shaped empty shard; the graph and the collectives
-//     are the same as on every other rank).
-//   Patchify / conv_transpose / batch-sharded: none.
-// Backward collectives, under "conv.backward": per halo dim the reverse of its forward exchange, returning the
-//   halo grads to their owners, who add them into their slices (neighbour path: one halo_exchange, same bytes as
-//   forward; general path: one all_to_all_v, bytes = sum_{j != r} |own_j ∩ window_r| * slice); then, when w or
-//   bias requires grad, one all_reduce (sum) of the packed w+bias grad per axis where x is Shard:
-//   (numel(w)+numel(b)) * max(4, itemsize) * (P-1). Zero-size ranks take part in every one of them, in the same
-//   order.
-// Saved for backward per rank: the local convs' inputs — the local input itself (no copy on a 1-D split of the
-//   neighbour path; a padded copy or window per earlier halo dim on 2-D meshes, and the window of the general
-//   path: e_r + 2h + 2p at most) and the two edge strips (O(halo)) — and the weight: O(local + halo).
+//   spatial dim; w, bias plain replicated Tensors. A sharded channel dim or Partial -> MissingShardPatch. Notation
+//   per sharded spatial dim: k kernel, s stride, p padding, dl dilation, K = dl*(k-1)+1, h = (K-1)/2, e_j the
+//   extent of coordinate j of P, o_j its offset, L = sum e_j, lw_j = h for j > 0 else p, rw_j = h for j < P-1
+//   else p, a slice = the bytes of one index of the dim in the tensor exchanged. Each sharded spatial dim takes
+//   one path, decided from the spec alone (the same on every rank; anything else is a MissingShardPatch with the
+//   reason: s > 1 with k != s, an even K that is not a patchify, a kernel that does not fit L + 2p):
+//
+//   path (per dim)     when                                    output extent of j          forward / backward
+//   local              unsharded, or an axis of one rank       the local op's (any s/p/dl)  none / none
+//   halo, neighbour    s == 1, K odd, every e_j >= max(h, 1)   e_j + lw_j + rw_j - 2h       1 halo_exchange / 1 back
+//                      and every output extent >= 1
+//   halo, general      s == 1, K odd, otherwise (a shard       the centres j owns (below)   1 all_to_all_v / 1 back
+//                      thinner than h, zero-size, an edge
+//                      shard without output); L + 2p >= K
+//   patchify           k == s, p == 0, dl == 1, e_j % s == 0   e_j / s                      none / none
+//   conv_transpose     kernel == stride, no padding, any e_j   e_j * k                      none / none
+//   batch sharded      S(0)                                    e_j                          none / none
+//
+// Output: x's placements with the extents above, computed locally from every rank's extents. General path (the
+//   same numbers where both halo paths apply): output i is centred on input slice c = i + h - p, c in
+//   [h - p, L + p - h); coordinate j owns the centres in [o_j, o_j + e_j) (the first also those below 0, the last
+//   those from L on), so a zero-size shard, or an edge shard thinner than h - p, gets an output extent of 0.
+// Collectives, forward under "conv.forward", backward under "conv.backward", per halo dim in dim order:
+//   halo_exchange   h slices of the input (padded already along the halo dims exchanged before it, so 2-D meshes
+//                   fill the corners) to each existing neighbour; backward the same bytes back, the halo grads
+//                   added into their owners' slices. The last halo dim's exchange is asynchronous and moves only
+//                   the slabs (no padded copy) when every extent of its axis is >= 2h+3: the interior outputs are
+//                   computed on the local tensor while the slabs travel, then the two edge strips
+//                   [slab | 2h+1 slices], [2h+1 slices | slab]. Thinner shards, and earlier halo dims (2-D
+//                   meshes), exchange blocking into a padded copy.
+//   all_to_all_v    (patch::halo_window) coordinate j reads the input window [first centre - h, last centre + h]
+//                   (outside [0, L): zero padding); rank r sends each other j its slices inside j's window:
+//                   sum_{j != r} |own_r ∩ window_j| slices forward, sum_{j != r} |own_j ∩ window_r| backward. A
+//                   coordinate without output receives nothing: its local op runs on an edge-filled window of K
+//                   slices and its one output is dropped (the graph and the collectives match every other rank).
+//   then, in backward, when w or bias requires grad: one all_reduce (sum) of the packed w+bias grad per axis where
+//   x is Shard, (numel(w)+numel(b)) * max(4, itemsize) * (P-1) bytes. Zero-size ranks take part in every
+//   collective, in the same order.
+// Saved for backward per rank: the local convs' inputs and the weight, O(local + halo):
+//   path               saved input
+//   neighbour, 1-D     the local input itself (no copy) and the two edge strips (O(halo))
+//   neighbour, 2-D     a padded copy per earlier halo dim, then as 1-D for the last
+//   general            the window: e_r + 2h + 2p slices at most
 #include <algorithm>
 #include <functional>
 
-#include "patches/conv.h"
 #include "patches/dispatch.h"
 #include "patches/errors.h"
+#include "patches/ops.h"
 #include "patches/patch_util.h"
+#include "patches/window.h"
 
 namespace shardrt {
 
@@ -61,7 +63,7 @@ std::vector<int64_t> per_dim(const std::vector<int64_t>& v, int nd, int64_t dflt
   return v;
 }
 
-std::string ext_str(const std::vector<int64_t>& e) {
+std::string ext_str(const Extents& e) {
   std::string s;
   for (size_t i = 0; i < e.size(); ++i) {
     if (i > 0) s += ',';
@@ -102,7 +104,7 @@ WindowPlan plan_window(const ShardTensor& x, const std::vector<int64_t>& kernel_
     dp.axis = x.spec().axis_sharding(dp.dim);
     const int64_t k = kernel[i], s = plan.stride[i], p = plan.padding[i], dl = plan.dilation[i];
     if (dp.axis < 0) continue;
-    const std::vector<int64_t>& e = x.spec().extents(dp.axis);
+    const Extents& e = x.spec().extents(dp.axis);
     const int P = static_cast<int>(e.size());
     const std::string where = "dim " + std::to_string(dp.dim) + " (extents " + ext_str(e) + ")";
     if (P == 1) {
@@ -149,8 +151,7 @@ WindowPlan plan_window(const ShardTensor& x, const std::vector<int64_t>& kernel_
         // centres it owns (the first also those before 0, the last those from L on), from the input window
         // [first centre - h, last centre + h]. A coordinate without output gets the window [-(2h+1), 0): edge
         // fill only, nothing received (its local op's one output is dropped).
-        int64_t len = 0;
-        for (int64_t ej : e) len += ej;
+        const int64_t len = total(e);
         const int64_t cmin = h - p, cmax = len + p - h;
         if (cmax <= cmin) {
           plan.why_not = "the kernel does not fit " + where;
@@ -180,7 +181,7 @@ WindowPlan plan_window(const ShardTensor& x, const std::vector<int64_t>& kernel_
 }
 
 ShardTensor wrap_output(const ShardTensor& x, const Tensor& y, const std::vector<WindowDim>& dims) {
-  std::vector<std::vector<int64_t>> ext = x.spec().all_extents();
+  AxisExtents ext = x.spec().all_extents();
   if (ext.empty()) ext = patch::no_extents(x.mesh());
   Shape global = y.shape();
   for (int m = 0; m < x.mesh().ndim(); ++m)
@@ -190,9 +191,7 @@ ShardTensor wrap_output(const ShardTensor& x, const Tensor& y, const std::vector
     }
   for (const WindowDim& dp : dims) {
     ext[dp.axis] = dp.out_extents;
-    int64_t total = 0;
-    for (int64_t v : dp.out_extents) total += v;
-    global[dp.dim] = total;
+    global[dp.dim] = total(dp.out_extents);
   }
   return ShardTensor(y, x.spec().with(x.placements(), global, ext));
 }
@@ -220,7 +219,7 @@ ShardTensor run_window(const char* op, const ShardTensor& x, const WindowPlan& p
     // The path and the graph's structure must be the same on every rank (the backward engine orders nodes by
     // structure, and the collectives must come in the same order everywhere), so the choice is made from every
     // rank's extent, and every rank builds the same three parts even where a slab is empty (a global edge).
-    const std::vector<int64_t>& e = x.spec().extents(dp.axis);
+    const Extents& e = x.spec().extents(dp.axis);
     if (!dp.general && e.size() > 1 && *std::min_element(e.begin(), e.end()) >= 2 * h + 3) {
       // Only the halo slabs are received (no padded copy of the local input). While they travel, the outputs
       // that need no halo are computed on the local tensor itself (no copy; its first and last output are

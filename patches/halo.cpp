@@ -1,4 +1,4 @@
-// The differentiable halo op (declared in patches/conv.h): a local tensor padded along a sharded dim with its
+// The differentiable halo op (declared in patches/window.h): a local tensor padded along a sharded dim with its
 // neighbours' edge slices — the one collective of every halo patch (conv, pooling, linear upsampling).
 //
 // Accepted: any local tensor; `dim` is sharded by mesh axis `axis`, widths give every rank's (left, right) pad.
@@ -21,7 +21,7 @@
 // Backward: one all_to_all_v under "<op>.backward" with the counts reversed, the window's grads going back to
 // their owners, which add them into their slices. Saved: the routes (O(P)). Every rank records the node.
 //
-// The ring wrap (circular padding of a sharded dim, also declared in patches/conv.h): the first rank prepends the
+// The ring wrap (circular padding of a sharded dim, also declared in patches/window.h): the first rank prepends the
 // last `lo` slices of the last rank, the last rank appends the first `hi` slices of the first rank — the ring
 // neighbours. Forward: two ring_shifts on `axis` under "<op>.forward" (offset +1: the last rank sends lo slices to
 // the first; offset -1: the first sends hi slices to the last; every other rank sends and receives nothing but
@@ -31,9 +31,10 @@
 #include <algorithm>
 
 #include "autograd/function.h"
+#include "autograd/ops.h"
 #include "mesh/ledger.h"
-#include "patches/conv.h"
 #include "patches/patch_util.h"
+#include "patches/window.h"
 #include "runtime/factories.h"
 
 namespace shardrt::patch {
@@ -158,7 +159,7 @@ std::vector<Tensor> slab_backward(SlabCtx& ctx, const std::vector<Tensor>& grad_
   return {grad};
 }
 
-// The general halo (see halo_window in patches/conv.h): what this rank sends to and receives from each peer of
+// The general halo (see halo_window in patches/window.h): what this rank sends to and receives from each peer of
 // the axis, as ranges of slices along `dim`, decided from every rank's extents and windows alone.
 struct WindowRoutes {
   std::vector<int64_t> send_at, send_len;  // peer j: my local slices [send_at, +send_len) it needs
@@ -166,7 +167,7 @@ struct WindowRoutes {
   int64_t self_src = 0, self_dst = 0, self_len = 0;  // my own slices inside my window
 };
 
-WindowRoutes window_routes(int r, const std::vector<int64_t>& e, const std::vector<int64_t>& win_lo,
+WindowRoutes window_routes(int r, const Extents& e, const std::vector<int64_t>& win_lo,
                            const std::vector<int64_t>& win_hi) {
   const int p = static_cast<int>(e.size());
   std::vector<int64_t> off(p + 1, 0);
@@ -345,7 +346,7 @@ HaloPadded halo_pad(const char* op, const Tensor& local, const Mesh& mesh, int a
 }
 
 Tensor halo_window(const char* op, const Tensor& local, const Mesh& mesh, int axis, int dim,
-                   const std::vector<int64_t>& extents, const std::vector<int64_t>& win_lo,
+                   const Extents& extents, const std::vector<int64_t>& win_lo,
                    const std::vector<int64_t>& win_hi, double edge_value) {
   Communicator& comm = axis_comm(mesh, axis);
   const int r = comm.rank();

@@ -48,7 +48,6 @@
 #include "autograd/function.h"
 #include "mesh/agree.h"
 #include "patches/dispatch.h"
-#include "patches/norm_index.h"
 #include "patches/ops.h"
 #include "patches/patch_util.h"
 #include "runtime/factories.h"
@@ -67,7 +66,7 @@ struct RowPlan {
   std::vector<int64_t> perm;           // per requested position: its row in the receive buffer, or -1
 };
 
-std::vector<int64_t> ends_of(const std::vector<int64_t>& extents) {
+std::vector<int64_t> ends_of(const Extents& extents) {
   std::vector<int64_t> ends(extents.size());
   std::partial_sum(extents.begin(), extents.end(), ends.begin());
   return ends;
@@ -102,7 +101,7 @@ void plan_receive(RowPlan& plan, const std::vector<int64_t>& ends, const std::ve
 }
 
 // Every rank's requests known locally (replicated index): no communication.
-RowPlan plan_known(int axis, const std::vector<int64_t>& extents, int me,
+RowPlan plan_known(int axis, const Extents& extents, int me,
                    const std::vector<std::vector<int64_t>>& requests) {
   RowPlan plan;
   plan.axis = axis;
@@ -122,7 +121,7 @@ RowPlan plan_known(int axis, const std::vector<int64_t>& extents, int me,
 }
 
 // Only this rank's requests known: one all_to_all of counts and one all_to_all_v of the requested indices.
-RowPlan plan_requested(const Mesh& mesh, int axis, const std::vector<int64_t>& extents,
+RowPlan plan_requested(const Mesh& mesh, int axis, const Extents& extents,
                        const std::vector<int64_t>& mine, const std::string& label) {
   Communicator& comm = patch::axis_comm(mesh, axis);
   const int p = comm.size(), me = comm.rank();
@@ -145,8 +144,7 @@ RowPlan plan_requested(const Mesh& mesh, int axis, const std::vector<int64_t>& e
     auto scope = comm.ledger().scope(label);
     comm.all_to_all(counts_out, counts_in);
     plan.send_counts = host_indices(counts_in);
-    const int64_t total = std::accumulate(plan.send_counts.begin(), plan.send_counts.end(), int64_t{0});
-    const Tensor served = Tensor::empty({total}, DType::i64, Device::cpu());
+    const Tensor served = Tensor::empty({total(plan.send_counts)}, DType::i64, Device::cpu());
     comm.all_to_all_v(asked, plan.recv_counts, served, plan.send_counts);
     plan.send_rows = host_indices(served);
   }
@@ -163,7 +161,7 @@ std::vector<int64_t> times(std::vector<int64_t> v, int64_t f) {
 Tensor fetch_rows(const Mesh& mesh, const RowPlan& plan, const Tensor& xm, const std::string& label) {
   const int64_t f = xm.size(1);
   const Tensor send = index_select(xm, 0, index_tensor(plan.send_rows, xm.device())).contiguous();
-  const int64_t r = std::accumulate(plan.recv_counts.begin(), plan.recv_counts.end(), int64_t{0});
+  const int64_t r = total(plan.recv_counts);
   const Tensor recv = Tensor::empty({r + 1, f}, xm.dtype(), xm.device());
   recv.narrow(0, r, 1).zero_();
   {
@@ -180,7 +178,7 @@ Tensor fetch_rows(const Mesh& mesh, const RowPlan& plan, const Tensor& xm, const
 // The adjoint of fetch_rows: gm (M, F) summed into the owners' rows, (L, F).
 Tensor push_rows(const Mesh& mesh, const RowPlan& plan, const Tensor& gm, const std::string& label) {
   const int64_t f = gm.size(1);
-  const int64_t r = std::accumulate(plan.recv_counts.begin(), plan.recv_counts.end(), int64_t{0});
+  const int64_t r = total(plan.recv_counts);
   std::vector<int64_t> inv(static_cast<size_t>(r), 0);
   for (size_t i = 0; i < plan.perm.size(); ++i)
     if (plan.perm[i] >= 0) inv[plan.perm[i]] = static_cast<int64_t>(i);
@@ -223,7 +221,7 @@ Tensor push_own_rows(const GatherCtx& ctx, const Tensor& gm) {
 // For an index replicated along the routing axis (see GatherCtx::local_backward).
 void find_own_rows(GatherCtx& ctx, const ShardTensor& x, const ShardTensor& index, int axis) {
   ctx.local_backward = true;
-  const std::vector<int64_t>& ext = x.spec().extents(axis);
+  const Extents& ext = x.spec().extents(axis);
   const std::vector<int64_t> ends = ends_of(ext);
   const int me = patch::axis_comm(x.mesh(), axis).rank();
   const std::vector<int64_t> mine = host_indices(index.local());
@@ -309,7 +307,7 @@ ShardTensor index_select_sharded(const ShardTensor& x, int dim, const Tensor& in
                                      gather_backward)[0];
   Shape global = x.global_shape();
   global[d] = static_cast<int64_t>(idx.size());
-  std::vector<std::vector<int64_t>> ext = x.spec().all_extents();
+  AxisExtents ext = x.spec().all_extents();
   ext[axis] = out_ext;
   const ShardSpec spec = x.spec().with(x.placements(), global, ext, "index_select");
   return ShardTensor(from_rows(y, x.local().shape(), d, {out_ext[me]}), spec);
@@ -342,7 +340,7 @@ ShardSpec gathered_spec(const ShardTensor& x, int d, const ShardTensor& index, c
   for (int64_t s : index.global_shape()) global.push_back(s);
   for (int e = d + 1; e < x.dim(); ++e) global.push_back(x.global_shape()[e]);
   Placements pl = x.placements();
-  std::vector<std::vector<int64_t>> ext = x.spec().all_extents();
+  AxisExtents ext = x.spec().all_extents();
   for (int m = 0; m < static_cast<int>(pl.size()); ++m) {
     if (index.spec().placement(m).is_shard()) {
       pl[m] = Placement::Shard(d);

@@ -1,12 +1,16 @@
-// Sharded ops: overloads of the local ops in autograd/ops.h for ShardTensor inputs, so model code is one code
-// path for 1 rank and for N ranks — the placements of the inputs decide what runs. Each op family lives in
-// patches/<family>.cpp with the header comment of DESIGN.md §2 (accepted placements, output placements and
-// extents, forward/backward collectives, saved bytes per rank).
+// Sharded ops, every one of them: overloads of the local ops in autograd/ops.h for ShardTensor inputs, so model
+// code is one code path for 1 rank and for N ranks — the placements of the inputs decide what runs. Each op
+// family lives in patches/<family>.cpp, whose header comment is the full contract of DESIGN.md §2 (accepted
+// placements, output placements and extents, forward/backward collectives with bytes, saved bytes per rank);
+// the summaries below say which placements take which collectives. Placements no patch takes, Partial among
+// them unless said otherwise, are a MissingShardPatch naming the op, the placements and the reason, raised
+// identically on every rank from the specs alone. "P" is the size of the mesh axis concerned.
 //
 // Parameters are plain replicated Tensors. Where one meets a sharded activation its grad is a partial sum over
 // the sharded axes, which the patch's backward all-reduces (sum, in >= fp32) over exactly those axes, once; a
 // parameter used only on replicated data is not reduced.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "autograd/ops.h"
@@ -17,6 +21,7 @@ namespace shardrt {
 // ---- elementwise (patches/elementwise.cpp) ------------------------------------------------------------------
 // Same placements on both sides, or one side Replicate on an axis where the other is sharded along a dim that the
 // replicated operand broadcasts over (size 1 or missing). A plain Tensor operand is a replicated operand.
+// Forward: none. Backward: a replicated operand's grad is all-reduced over the axes where the other is sharded.
 ShardTensor add(const ShardTensor& a, const ShardTensor& b);
 ShardTensor sub(const ShardTensor& a, const ShardTensor& b);
 ShardTensor mul(const ShardTensor& a, const ShardTensor& b);
@@ -33,27 +38,45 @@ ShardTensor gelu(const ShardTensor& x, GeluApprox approx = GeluApprox::none);
 ShardTensor silu(const ShardTensor& x);
 ShardTensor sigmoid(const ShardTensor& x);
 
-// ---- linear and layernorm (patches/linear.cpp, patches/layernorm.cpp) ---------------------------------------
-// x sharded on any dim but the last (feature) dim, or replicated; no forward collective. Weight/bias grads are
-// all-reduced over the axes where x is sharded.
+// ---- linear (patches/linear.cpp) -----------------------------------------------------------------------------
+// x sharded on any dim but the last (feature) dim, or replicated. Forward: none. Backward: the weight/bias grads
+// are all-reduced (one packed buffer) over the axes where x is sharded.
 ShardTensor linear(const ShardTensor& x, const Tensor& weight, const Tensor& bias = Tensor());
-// Over unsharded trailing dims.
+
+// ---- normalisation (patches/norm.cpp) -------------------------------------------------------------------------
+// The placements pick the statistics path (n: the statistics this rank holds, its local rows for layer_norm
+// and N * groups for group_norm; A: each mesh axis sharding a normalised or spatial dim):
+//   placement of x                              forward                      backward
+//   layer_norm: leading dims sharded, or R      none                         1 all_reduce of w|b grads / Shard axis
+//   layer_norm: a normalised dim sharded        2 all_reduce of n stats / A  1 all_reduce of 2n sums / A, + w|b
+//   group_norm: batch dim sharded, or R         none                         1 all_reduce of w|b grads / Shard axis
+//   group_norm: spatial dims sharded            2 all_reduce of n stats / A  1 all_reduce of 2n sums / A, + w|b
+// Statistics over sharded dims are merged exactly (two passes, >= f32, f64 for f64), uneven and zero-size shards
+// included. group_norm's x is (N, C, *spatial); a sharded channel dim has no patch.
 ShardTensor layer_norm(const ShardTensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                        const Tensor& bias = Tensor(), double eps = 1e-5);
+ShardTensor group_norm(const ShardTensor& x, int64_t groups, const Tensor& weight = Tensor(),
+                       const Tensor& bias = Tensor(), double eps = 1e-5);
 
-// ---- reductions and softmax (patches/reduce.cpp, patches/softmax.cpp) ---------------------------------------
+// ---- reductions (patches/reduce.cpp) --------------------------------------------------------------------------
 // Over sharded dims: sum gives Partial on those axes; mean divides by the GLOBAL count (exact on uneven shards)
 // and gives Partial; amax all-reduces (max) and gives Replicate. Over unsharded dims: local.
+//   op      reduced dim sharded: forward        backward
+//   sum     none (Partial output)               none
+//   mean    none (Partial output)               none
+//   amax    1 all_reduce (max) / axis           1 all_reduce (min) of the winning index / axis
 ShardTensor sum(const ShardTensor& x, const std::vector<int>& dims, bool keepdim = false);
 ShardTensor mean(const ShardTensor& x, const std::vector<int>& dims, bool keepdim = false);
 ShardTensor amax(const ShardTensor& x, const std::vector<int>& dims, bool keepdim = false);
+
+// ---- softmax (patches/softmax.cpp) ----------------------------------------------------------------------------
 // Over an unsharded dim: local. Over the sharded dim: distributed max and sum (two all-reduces forward, one
 // backward).
 ShardTensor softmax(const ShardTensor& x, int dim);
 ShardTensor log_softmax(const ShardTensor& x, int dim);
 
 // ---- views on unsharded dims (patches/views.cpp) -------------------------------------------------------------
-// Extents are tracked: a sharded dim keeps its per-rank extents wherever it moves.
+// Extents are tracked: a sharded dim keeps its per-rank extents wherever it moves. No collective either way.
 ShardTensor reshape(const ShardTensor& x, const Shape& global_shape);  // sharded dim must be kept intact
 ShardTensor view(const ShardTensor& x, const Shape& global_shape);     // reshape without a copy
 ShardTensor permute(const ShardTensor& x, const std::vector<int>& dims);
@@ -67,5 +90,130 @@ ShardTensor cat(const std::vector<ShardTensor>& xs, int dim);       // along an 
 // Scalar, Replicate on every axis: one all-reduce of the partial sums in forward, none in backward.
 ShardTensor mse_loss(const ShardTensor& pred, const ShardTensor& target);
 ShardTensor relative_l2_loss(const ShardTensor& pred, const ShardTensor& target);
+
+// ---- attention (patches/attention.cpp) ----------------------------------------------------------------------
+// Sharded scaled dot-product attention over the sequence dim of q (…, Nq, D), k (…, Nk, D), v (…, Nk, Dv) on a
+// 1-D mesh. Nq and Nk are independent (cross-attention works); the output follows q.
+//   q, k/v placement   forward                                 backward
+//   R, R               none                                    none
+//   S, R               none                                    1 all_reduce of dK|dV
+//   R, S               2 all_reduce (LSE max, merged out|sum)  1 all_reduce of dq
+//   S, S ring          P-1 ring_shift of K/V, overlapped       P-1 ring_shift of K/V, P of dK|dV (home)
+//   S, S all_gather    1 all_gather_v of K/V                   1 all_gather_v of K/V, 1 reduce_scatter_v dK|dV
+// Partial, sharding any dim but the sequence dim, a mesh of more than one axis with a Shard placement, or k/v
+// placed differently: MissingShardPatch naming the placements.
+
+// How a (q Shard, kv Shard) call sees the remote K/V blocks.
+enum class KvStrategy {
+  ring,        // P steps, the next K/V block in flight while the current one computes; O(N/P) memory per rank
+  all_gather,  // all_gather_v K/V, one local attention; O(N) K/V per rank during the op, fewer messages
+};
+
+struct AttentionShardOutput {
+  ShardTensor out;  // (…, Nq, Dv), q's placements and extents
+  ShardTensor lse;  // (…, Nq): log-sum-exp of the scaled scores of each query row over ALL keys; q's placements
+};
+
+// softmax(scale · q kᵀ) v with its log-sum-exp, both differentiable. k and v must share placements and extents.
+// `strategy` only matters when q and k/v are all sharded.
+AttentionShardOutput scaled_dot_product_attention(const ShardTensor& q, const ShardTensor& k, const ShardTensor& v,
+                                                  double scale, KvStrategy strategy = KvStrategy::ring);
+
+// ---- convolution, pooling, upsampling, padding (patches/conv.cpp, patches/pool_upsample_pad.cpp) ----------
+// x is (B, C, *spatial) with 1-3 spatial dims, as in autograd/ops.h. Any spatial dim may be sharded by any mesh
+// axis (1-D meshes, and 2-D meshes with two spatial dims sharded); the batch dim may be sharded too (no halo). A
+// sharded channel dim, Partial, or a configuration the patch cannot split exactly has no patch. Weights and
+// biases are plain replicated Tensors; their grads are all-reduced over the sharded axes once. Per sharded
+// spatial dim (the halo op itself is patches/halo.cpp):
+//   path                                   forward (per dim)            backward (per dim)
+//   halo, every shard >= the halo          1 halo_exchange              1 halo_exchange back
+//   halo, a shard thinner (or zero-size)   1 all_to_all_v (window)      1 all_to_all_v back
+//   patchify / nearest / conv_transpose    none                         none
+//   pad circular                           2 ring_shift                 2 ring_shift back
+//   pad constant / reflect / replicate     none                         none
+// conv: stride-1 odd effective kernels (dilation allowed, any symmetric padding: zeros only at the GLOBAL edges)
+// get a halo of dilation*(k-1)/2 on each sharded spatial dim, for any extents; kernel == stride (padding 0,
+// dilation 1) is a local "patchify" (every rank's extent a multiple of the stride). Unsharded dims, and dims
+// sharded over an axis of one rank, take any stride/padding/dilation.
+ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride = {1},
+                 const std::vector<int64_t>& padding = {0}, const std::vector<int64_t>& dilation = {1});
+// kernel == stride, no padding (the local op's only form): local on every rank, no halo.
+ShardTensor conv_transpose(const ShardTensor& x, const Tensor& w, const Tensor& bias = Tensor());
+// kernel == stride with padding 0 on a sharded dim: local (every extent a multiple of the stride). Stride 1 with an
+// odd kernel and padding <= kernel/2 on a sharded dim: halo of kernel/2 (avg pool counts the zero padding, as the
+// local op does; max pool pads the global edges with -inf, which never wins).
+ShardTensor avg_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride = {},
+                     const std::vector<int64_t>& padding = {0});
+ShardTensor max_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride = {},
+                     const std::vector<int64_t>& padding = {0});
+// Integer scale factors on sharded dims (out_size = s * global extent). Nearest: local (no halo). Linear
+// (align_corners = false): a halo of one slice, the global edges clamped as the local op does.
+ShardTensor upsample_nearest(const ShardTensor& x, const std::vector<int64_t>& out_size);
+ShardTensor upsample_linear(const ShardTensor& x, const std::vector<int64_t>& out_size, bool align_corners = false);
+// `pads` as in autograd/ops.h. Constant/reflect/replicate are applied at the GLOBAL edges only (the first rank's low
+// side, the last rank's high side); no collective. Circular wraps between the first and last rank of the axis
+// (the ring neighbours): two ring_shifts per sharded dim forward and backward.
+ShardTensor pad(const ShardTensor& x, const std::vector<int64_t>& pads, PadMode mode = PadMode::constant,
+                double value = 0.0);
+
+// ---- indexing with global indices along a sharded dim (patches/index.cpp) -----------------------------------
+// Rows move between their owners with all_to_all_v on the axis A sharding the indexed dim (not sharded: the
+// local op, no collective):
+//   op                   forward                                       backward
+//   index_select         1 all_to_all_v of rows                        1 all_to_all_v of grad rows back
+//   gather_global        request phase (agree, all_to_all of counts,   1 all_to_all_v of grad rows back, + x's
+//                        all_to_all_v of indices), 1 all_to_all_v      grad all-reduced on axes where only the
+//                        of rows                                       index is sharded
+//   scatter_add_global   request phase, 1 all_to_all_v of src's rows   1 all_to_all_v fetching src's grad rows
+
+// x sharded along `dim` by one mesh axis A (other axes may shard other dims), or not sharded along `dim` (local).
+// `index`: a plain 1-D i64 tensor of GLOBAL indices in [0, x.global_shape()[dim]), identical on every rank.
+// Output, dim sharded: Shard(dim) on A with the index's own split, split_extents(index.numel(), size(A)) — rank
+// r holds the rows index[o_r, o_r + k_r) — fetched from their owners with one all_to_all_v (no request phase:
+// every rank knows every other rank's index window). Backward routes the grad rows back to the owners (one
+// all_to_all_v) and scatter-adds them.
+ShardTensor index_select(const ShardTensor& x, int dim, const Tensor& index);
+
+// Rows of x by global index, where the index itself is sharded (e.g. the neighbour lists of sharded queries).
+// x sharded along `dim` by one mesh axis A (other axes may shard other dims), or not sharded along `dim` (local);
+// `index` an i64 ShardTensor of any shape on the same mesh: Shard(0) or Replicate on A, and on other axes
+// Replicate or Shard(0) where x is Replicate (x's grad is then all-reduced there once); values in
+// [0, x.global_shape()[dim]) or < 0 (no row: zeros, no grad — the padding of radius_search). Output: x's shape
+// with `dim` replaced by index's shape, sharded like the index (its dim 0 lands at `dim`). Forward: a request
+// phase (all_to_all of counts, all_to_all_v of the requested global indices), then one all_to_all_v of the rows;
+// backward: one all_to_all_v of grad rows back to the owners, scatter-added (the adjoint).
+ShardTensor gather_global(const ShardTensor& x, int dim, const ShardTensor& index);
+
+// The adjoint of gather_global as a forward op: out = x + (src's rows added at the global `index` rows of x).
+// x and index as for gather_global (entries < 0 are dropped), except that an index sharded where x is Replicate
+// has no patch (the sum would be partial there); src shaped and placed like gather_global(x, dim, index).
+// Output: x's spec.
+ShardTensor scatter_add_global(const ShardTensor& x, int dim, const ShardTensor& index, const ShardTensor& src);
+
+// ---- point clouds (patches/point_cloud.cpp) -------------------------------------------------------------------
+// k nearest neighbours and ball query (radius search with a maximum neighbour count) with sharded points, indices
+// in GLOBAL numbering, plus the differentiable gather of neighbour features from a sharded feature tensor.
+// Points replicated: the local search, no collective; points Shard(0) on an axis: a ring of P-1 ring_shifts of
+// the point coordinates, the next block in flight while the current one is searched. No backward (integer
+// results); gather_neighbor_features is gather_global (its collectives above).
+
+// Neighbours of each query, ordered by distance, then by global point index (deterministic on any mesh).
+struct Neighbors {
+  ShardTensor index;     // i64 (Nq, k): global point indices; -1 where a query has fewer than k neighbours
+  ShardTensor distance;  // points' dtype (Nq, k): Euclidean distances (computed in f64); +inf where index is -1
+  ShardTensor count;     // i64 (Nq): the number of valid neighbours of each query
+};
+
+// points (Np, D), queries (Nq, D), same float dtype and mesh. Placements: points Shard(0) on at most one axis A
+// (the ring axis) and Replicate elsewhere; queries Shard(0) or Replicate on every axis. Results are placed like
+// the queries (no grad).
+Neighbors knn(const ShardTensor& points, const ShardTensor& queries, int64_t k);
+// Ball query: the (at most max_points) nearest points with distance <= radius.
+Neighbors radius_search(const ShardTensor& points, const ShardTensor& queries, double radius, int64_t max_points);
+
+// Neighbour features: features (Np, C...) placed like the points of the search, neighbours an i64 (Nq, k)
+// result of knn/radius_search -> (Nq, k, C...) placed like the neighbours; entries -1 give zero rows. The grads
+// are scatter-added back into the shards that own the points (gather_global above).
+ShardTensor gather_neighbor_features(const ShardTensor& features, const ShardTensor& neighbors);
 
 }  // namespace shardrt

@@ -41,8 +41,8 @@ std::vector<int> wrap_dims(const char* op, const std::vector<int>& dims, int ndi
   return wrapped;
 }
 
-std::vector<std::vector<int64_t>> no_extents(const Mesh& mesh) {
-  return std::vector<std::vector<int64_t>>(static_cast<size_t>(mesh.ndim()));
+AxisExtents no_extents(const Mesh& mesh) {
+  return AxisExtents(static_cast<size_t>(mesh.ndim()));
 }
 
 ShardTensor replicated(const Tensor& t, const Mesh& mesh) {

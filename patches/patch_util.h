@@ -1,4 +1,4 @@
-// Internal helpers shared by the sharded op files (elementwise, linear, layernorm, reduce, softmax, views, loss):
+// Internal helpers shared by the sharded op files (elementwise, linear, norm, reduce, softmax, views, loss, ...):
 // which axes shard a tensor, collectives over a set of mesh axes under the op's ledger label, and the recorded
 // op that reduces a replicated operand's partial grad.
 #pragma once
@@ -48,6 +48,6 @@ std::vector<Tensor> reduce_grads_over(const char* op, const Mesh& mesh, const st
 Tensor local_extremum_keepdim(const Tensor& x, const std::vector<int>& dims, ReduceOp op);
 
 // Per-axis extents of a spec in which no axis shards anything yet (to be filled for Shard axes).
-std::vector<std::vector<int64_t>> no_extents(const Mesh& mesh);
+AxisExtents no_extents(const Mesh& mesh);
 
 }  // namespace shardrt::patch

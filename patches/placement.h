@@ -32,8 +32,4 @@ struct Placement {
 using Placements = std::vector<Placement>;
 std::string placements_str(const Placements& p);  // "(S(0), R)"
 
-// The one split rule used for every computed extent, metadata and data alike: `size` elements over `n` ranks,
-// the first size % n ranks get one more (10 over 4 -> 3,3,2,2; 3 over 4 -> 1,1,1,0).
-std::vector<int64_t> split_extents(int64_t size, int n);
-
 }  // namespace shardrt

@@ -18,7 +18,6 @@
 // Backward: none (integer results; distances are not differentiable here). Features are gathered with
 //   gather_neighbor_features = gather_global (patches/index.cpp): its backward scatter-adds into the owners.
 // Memory per rank: two point blocks (current and in flight), O(Np / P * D), plus the results O(Nq_local * k).
-#include "patches/point_cloud.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,7 +26,7 @@
 #include <utility>
 
 #include "patches/dispatch.h"
-#include "patches/norm_index.h"
+#include "patches/ops.h"
 #include "patches/patch_util.h"
 
 namespace shardrt {
@@ -127,7 +126,7 @@ Neighbors search(const ShardTensor& points, const ShardTensor& queries, const Se
   }
   const Communicator& comm = patch::axis_comm(points.mesh(), axis);
   const int p = comm.size(), me = comm.rank();
-  const std::vector<int64_t>& ext = points.spec().extents(axis);
+  const Extents& ext = points.spec().extents(axis);
   std::vector<int64_t> off(p, 0);
   for (int j = 1; j < p; ++j) off[j] = off[j - 1] + ext[j - 1];
   const std::string label = std::string(sp.op) + ".forward";

@@ -1,37 +1,43 @@
 // Sharded pooling (avg, max), upsampling (nearest, linear) and padding over sharded spatial dims.
 //
 // Accepted placements (all): x (B, C, *spatial), every mesh axis Replicate or Shard(d) with d the batch dim or a
-//   spatial dim; a sharded channel dim or Partial -> MissingShardPatch. Per sharded spatial dim (extents e_j):
-//   avg_pool / max_pool (kernel k, stride s, padding p): k == s with p == 0 and every e_j a positive multiple
-//     of s (local), or s == 1 with k odd and any extents, zero-size shards included (halo k/2, as conv: the
-//     neighbour path when every e_j >= max(k/2, 1), else the general halo); on an axis of one rank any k/s/p
-//     (the local op). Else MissingShardPatch.
-//   upsample_nearest / upsample_linear: out_size = f * global extent for an integer f; both take zero-size shards
-//     (nearest is local: an empty shard upsamples to an empty one); linear only with align_corners = false.
-//     Else MissingShardPatch.
-//   pad: constant / reflect / replicate, non-negative pads; reflect needs the edge shards longer than their pad,
-//     replicate non-empty edge shards where they pad; circular needs e_last >= lo and e_first >= hi (the wrapped
-//     slices come from one shard).
-// Output: x's placements; per-rank extents computed locally: pooling as conv (patches/conv.cpp: e_j / s, or
-//   e_j + lw_j + rw_j - 2h, or the general path's centre ownership, 0 on a zero-size shard); upsampling f * e_j; pad e_j plus lo on coordinate 0 and hi on the last coordinate.
-// Forward collectives:
-//   pooling with a halo: one halo_exchange per halo dim under "<op>.forward" (h slices to each existing
-//     neighbour), the last one overlapped with the interior pooling, or, on the general path, one all_to_all_v
-//     per such dim (the bytes as conv's, patches/conv.cpp); max_pool fills the global edges with -inf.
-//   upsample_linear: one halo_exchange per sharded spatial dim under "upsample_linear.forward" (1 slice to each
-//     existing neighbour; the global edges are replicated locally, as the serial op clamps); with a zero-size
-//     shard on the axis, one all_to_all_v instead (patch::halo_window: coordinate j receives the slices of
-//     [o_j - 1, o_j + e_j + 1) ∩ [0, L) it does not own; rank r sends sum_{j != r} |own_r ∩ window_j| slices).
-//   pad circular on a sharded dim of P > 1 ranks: two ring_shifts on its axis under "pad.forward" (the last rank
-//     sends lo slices to the first, the first hi slices to the last; the other ranks take part with empty
-//     messages). nearest, kernel == stride pooling, constant/reflect/replicate pad: none.
+//   spatial dim; a sharded channel dim or Partial -> MissingShardPatch. Per sharded spatial dim (extents e_j, L
+//   their sum, o_j offsets), the op's configuration picks the path; anything not listed is a MissingShardPatch:
+//
+//   op, configuration                        when (extents)                    output extent   forward / backward
+//   pool k == s, p == 0                      every e_j a positive multiple     e_j / s         none / none
+//   pool s == 1, k odd: halo k/2, as conv    every e_j >= max(k/2, 1)          as conv         1 halo_exchange
+//                                            else (general halo)               as conv         1 all_to_all_v
+//   pool, any k/s/p                          an axis of one rank               the local op's  none / none
+//   upsample_nearest, out = f * L            any, zero-size included           f * e_j         none / none
+//   upsample_linear, align_corners = false   no zero-size shard                f * e_j         1 halo_exchange
+//                                            a zero-size shard                 f * e_j         1 all_to_all_v
+//   pad constant, pads >= 0                  any                               e_j + lo | hi   none / none
+//   pad reflect                              edge shards longer than the pad   e_j + lo | hi   none / none
+//   pad replicate                            non-empty edge shards that pad    e_j + lo | hi   none / none
+//   pad circular                             e_last >= lo, e_first >= hi       e_j + lo | hi   2 ring_shift
+//
+// "as conv": the output extents and the halo/general-halo collectives of patches/conv.cpp (e_j / s, or
+//   e_j + lw_j + rw_j - 2h, or the general path's centre ownership, 0 on a zero-size shard); max_pool fills the
+//   global edges with -inf (which never wins), avg_pool counts the zero padding as the local op does. "lo | hi":
+//   pad's lo on coordinate 0 and hi on the last coordinate; pads apply at the GLOBAL edges only.
+// Forward collectives, under "<op>.forward":
+//   halo_exchange (pooling: h slices; upsample_linear: 1 slice) to each existing neighbour, the last pooling
+//     one overlapped with the interior pooling; upsample_linear replicates the global edges locally, as the
+//     serial op clamps.
+//   all_to_all_v (patch::halo_window): pooling as conv's general path; upsample_linear: coordinate j receives
+//     the slices of [o_j - 1, o_j + e_j + 1) ∩ [0, L) it does not own, rank r sending sum_{j != r}
+//     |own_r ∩ window_j| slices.
+//   ring_shift (pad circular, P > 1): the last rank sends lo slices to the first, the first hi slices to the
+//     last; the other ranks take part with empty messages.
 // Backward collectives: one halo_exchange (ring_shift, all_to_all_v) per forward one, same axis, under
-//   "<op>.backward" (all_to_all_v: the reverse counts, as conv's) (the halo grads return to their owners); no parameters, so no all-reduce.
+//   "<op>.backward", the reverse counts (the halo grads return to their owners); no parameters, no all-reduce.
 // Saved for backward per rank: the local op's on the halo-padded local input: O(local + halo).
-#include "patches/conv.h"
 #include "patches/dispatch.h"
 #include "patches/errors.h"
+#include "patches/ops.h"
 #include "patches/patch_util.h"
+#include "patches/window.h"
 
 #include <algorithm>
 #include <limits>
@@ -82,7 +88,7 @@ UpsamplePlan plan_upsample(const ShardTensor& x, const std::vector<int64_t>& out
       return plan;
     }
     const int64_t f = out / len;
-    const std::vector<int64_t>& e = x.spec().extents(dp.axis);
+    const Extents& e = x.spec().extents(dp.axis);
     const int P = static_cast<int>(e.size());
     // A zero-size shard cannot serve its neighbours' halo of one slice: the general halo (patch::halo_window),
     // coordinate j reading the global slices [o_j - 1, o_j + e_j + 1) clipped to [0, L) (the global edges are
@@ -152,7 +158,7 @@ ShardTensor upsample_linear(const ShardTensor& x, const std::vector<int64_t>& ou
     const int r = comm.rank();
     int64_t lo = r == 0 ? 1 : 0, hi = r == comm.size() - 1 ? 1 : 0;
     if (dp.general) {
-      const std::vector<int64_t>& e = x.spec().extents(dp.axis);
+      const Extents& e = x.spec().extents(dp.axis);
       int64_t off = 0, len = 0;
       for (int j = 0; j < static_cast<int>(e.size()); ++j) {
         if (j < r) off += e[j];
@@ -192,7 +198,7 @@ ShardTensor pad(const ShardTensor& x, const std::vector<int64_t>& pads, PadMode 
     dp.axis = x.spec().axis_sharding(d);
     if (dp.axis < 0) continue;
     const int64_t lo = pads[2 * i], hi = pads[2 * i + 1];
-    const std::vector<int64_t>& e = x.spec().extents(dp.axis);
+    const Extents& e = x.spec().extents(dp.axis);
     const int P = static_cast<int>(e.size());
     const int c = patch::axis_comm(x.mesh(), dp.axis).rank();
     const std::string where = "dim " + std::to_string(d);

@@ -63,37 +63,37 @@ int64_t numel_except(const Shape& s, int a, int b) {
   return n;
 }
 
-std::vector<int64_t> times(const std::vector<int64_t>& ext, int64_t k) {
+Extents times(const Extents& ext, int64_t k) {
   std::vector<int64_t> c(ext.size());
   for (std::size_t j = 0; j < ext.size(); ++j) c[j] = ext[j] * k;
   return c;
 }
 
-int64_t start_of(const std::vector<int64_t>& ext, int coord) {
+int64_t start_of(const Extents& ext, int coord) {
   return std::accumulate(ext.begin(), ext.begin() + coord, int64_t{0});
 }
 
 // ---- the data movements (plain tensors; `c` is the hop's axis) ------------------------------------------------
 
 // x holds this rank's extent of d; returns the concatenation over the axis (all of d).
-Tensor gather_along(const Communicator& c, const Tensor& x, int d, const std::vector<int64_t>& ext) {
+Tensor gather_along(const Communicator& c, const Tensor& x, int d, const Extents& ext) {
   const int64_t k = numel_except(x.shape(), d, d);
-  const int64_t total = std::accumulate(ext.begin(), ext.end(), int64_t{0});
-  Tensor out = Tensor::empty({total * k}, x.dtype(), x.device());
+  const int64_t len = total(ext);
+  Tensor out = Tensor::empty({len * k}, x.dtype(), x.device());
   c.all_gather_v(to_front(x, d), out, times(ext, k));
-  return from_front(out, front_shape(x.shape(), d, total), d);
+  return from_front(out, front_shape(x.shape(), d, len), d);
 }
 
 // x holds all of d; returns the window of the rank at `coord`.
-Tensor slice_along(const Tensor& x, int d, const std::vector<int64_t>& ext, int coord) {
+Tensor slice_along(const Tensor& x, int d, const Extents& ext, int coord) {
   return x.narrow(d, start_of(ext, coord), ext[coord]).contiguous();
 }
 
 // x holds this rank's extent of dim i and all of dim j; returns all of i and this rank's extent of j. Block k of the
 // send buffer is the window of j for rank k, laid out i-first, so what arrives from rank s is s's extent of i
 // and the blocks concatenate along i.
-Tensor exchange(const Communicator& c, const Tensor& x, int i, const std::vector<int64_t>& ext_i, int j,
-                const std::vector<int64_t>& ext_j) {
+Tensor exchange(const Communicator& c, const Tensor& x, int i, const Extents& ext_i, int j,
+                const Extents& ext_j) {
   const int me = c.rank(), P = c.size();
   const int64_t other = numel_except(x.shape(), i, j);
   const std::vector<int> i_first = front_order(x.dim(), i);
@@ -102,14 +102,14 @@ Tensor exchange(const Communicator& c, const Tensor& x, int i, const std::vector
     send[k] = ext_i[me] * ext_j[k] * other;
     recv[k] = ext_i[k] * ext_j[me] * other;
   }
-  Tensor sendbuf = Tensor::empty({std::accumulate(send.begin(), send.end(), int64_t{0})}, x.dtype(), x.device());
+  Tensor sendbuf = Tensor::empty({total(send)}, x.dtype(), x.device());
   int64_t off = 0;
   for (int k = 0; k < P; ++k) {
     Tensor block = x.narrow(j, start_of(ext_j, k), ext_j[k]).permute(i_first);
     sendbuf.narrow(0, off, send[k]).view(block.shape()).copy_(block);
     off += send[k];
   }
-  const int64_t total_i = std::accumulate(ext_i.begin(), ext_i.end(), int64_t{0});
+  const int64_t total_i = total(ext_i);
   Shape out_shape = x.shape();
   out_shape[j] = ext_j[me];
   Tensor out = Tensor::empty({total_i * ext_j[me] * other}, x.dtype(), x.device());
@@ -118,7 +118,7 @@ Tensor exchange(const Communicator& c, const Tensor& x, int i, const std::vector
 }
 
 // x holds all of d as a partial sum; returns this rank's window of the complete sum (16-bit summed in f32).
-Tensor reduce_scatter_along(const Communicator& c, const Tensor& x, int d, const std::vector<int64_t>& ext, int coord) {
+Tensor reduce_scatter_along(const Communicator& c, const Tensor& x, int d, const Extents& ext, int coord) {
   const int64_t k = numel_except(x.shape(), d, d);
   Tensor out = Tensor::empty({ext[coord] * k}, x.dtype(), x.device());
   c.reduce_scatter_v(to_front(x, d), out, times(ext, k), ReduceOp::sum, Accumulate::f32);
@@ -212,7 +212,7 @@ ShardTensor hop(const ShardTensor& t, int axis, const Placement& to, const std::
   const Placement from = spec.placement(axis);
   Placements placements = spec.placements();
   placements[axis] = to;
-  std::vector<std::vector<int64_t>> extents = spec.all_extents();
+  AxisExtents extents = spec.all_extents();
   extents[axis] = to.is_shard() ? to_ext : std::vector<int64_t>{};
   ShardSpec out_spec = spec.with(placements, spec.global_shape(), extents, "redistribute");
 

@@ -8,7 +8,7 @@ namespace shardrt {
 
 namespace {
 
-std::string extents_str(const std::vector<int64_t>& e) {
+std::string extents_str(const Extents& e) {
   std::string s;
   for (std::size_t i = 0; i < e.size(); ++i) {
     if (i) s += ',';
@@ -51,7 +51,17 @@ Placements checked_placements(const Mesh& mesh, Placements p, const Shape& globa
 
 }  // namespace
 
-ShardSpec::ShardSpec(Mesh mesh, Placements placements, Shape global_shape, std::vector<std::vector<int64_t>> extents,
+Extents split_extents(int64_t size, int n) {
+  SHARDRT_CHECK(n >= 1, ValueError, "split_extents: ", size, " elements over ", n, " ranks; need at least one rank");
+  SHARDRT_CHECK(size >= 0, ValueError, "split_extents: negative size ", size, " over ", n, " ranks");
+  Extents e(static_cast<std::size_t>(n), size / n);
+  for (int64_t r = 0; r < size % n; ++r) e[static_cast<std::size_t>(r)] += 1;
+  return e;
+}
+
+int64_t total(const Extents& extents) { return std::accumulate(extents.begin(), extents.end(), int64_t{0}); }
+
+ShardSpec::ShardSpec(Mesh mesh, Placements placements, Shape global_shape, AxisExtents extents,
                      const char* op)
     : mesh_(std::move(mesh)),
       placements_(checked_placements(mesh_, std::move(placements), global_shape, op)),
@@ -63,7 +73,7 @@ ShardSpec::ShardSpec(Mesh mesh, Placements placements, Shape global_shape, std::
                 " axes but the mesh has ", placements_.size(), ctx);
   for (std::size_t m = 0; m < placements_.size(); ++m) {
     const std::string& axis = mesh_.axis_names()[m];
-    const std::vector<int64_t>& e = extents_[m];
+    const Extents& e = extents_[m];
     if (!placements_[m].is_shard()) {
       SHARDRT_CHECK(e.empty(), ValueError, op, ": extents ", extents_str(e), " given for axis '", axis, "', which is ",
                     placements_[m].str(), ", not Shard", ctx);
@@ -75,16 +85,16 @@ ShardSpec::ShardSpec(Mesh mesh, Placements placements, Shape global_shape, std::
                   extents_str(e), ") were given", ctx);
     for (int64_t x : e)
       SHARDRT_CHECK(x >= 0, ValueError, op, ": negative extent in ", extents_str(e), " for axis '", axis, "'", ctx);
-    const int64_t total = std::accumulate(e.begin(), e.end(), int64_t{0});
-    SHARDRT_CHECK(total == global_shape_[d], ShapeError, op, ": extents ", extents_str(e), " of axis '", axis, "' (",
-                  placements_[m].str(), ") sum to ", total, " but dim ", d, " has global extent ", global_shape_[d],
+    const int64_t sum = total(e);
+    SHARDRT_CHECK(sum == global_shape_[d], ShapeError, op, ": extents ", extents_str(e), " of axis '", axis, "' (",
+                  placements_[m].str(), ") sum to ", sum, " but dim ", d, " has global extent ", global_shape_[d],
                   ctx);
   }
 }
 
 ShardSpec ShardSpec::split_evenly(Mesh mesh, Placements placements, Shape global_shape, const char* op) {
   Placements p = checked_placements(mesh, std::move(placements), global_shape, op);
-  std::vector<std::vector<int64_t>> extents(p.size());
+  AxisExtents extents(p.size());
   for (std::size_t m = 0; m < p.size(); ++m)
     if (p[m].is_shard()) extents[m] = split_extents(global_shape[p[m].dim], mesh.shape()[m]);
   return ShardSpec(std::move(mesh), std::move(p), std::move(global_shape), std::move(extents), op);
@@ -129,7 +139,7 @@ int64_t ShardSpec::offset(int axis) const {
   return std::accumulate(e.begin(), e.begin() + mesh_.coords()[axis], int64_t{0});
 }
 
-ShardSpec ShardSpec::with(Placements placements, Shape global_shape, std::vector<std::vector<int64_t>> extents,
+ShardSpec ShardSpec::with(Placements placements, Shape global_shape, AxisExtents extents,
                           const char* op) const {
   return ShardSpec(mesh_, std::move(placements), std::move(global_shape), std::move(extents), op);
 }

@@ -16,6 +16,17 @@
 
 namespace shardrt {
 
+// The extents of one sharded dim, one per coordinate of the mesh axis sharding it (in coordinate order), and
+// those of every mesh axis of a spec (empty for an axis that shards nothing).
+using Extents = std::vector<int64_t>;
+using AxisExtents = std::vector<Extents>;
+
+// The one split rule used for every computed extent, metadata and data alike: `size` elements over `n` ranks,
+// the first size % n ranks get one more (10 over 4 -> 3,3,2,2; 3 over 4 -> 1,1,1,0).
+Extents split_extents(int64_t size, int n);
+// The global extent the per-coordinate extents add up to.
+int64_t total(const Extents& extents);
+
 class ShardSpec {
  public:
   // `extents[m]` lists the per-coordinate extents for every Shard axis m (and is empty for other axes; an empty
@@ -23,7 +34,7 @@ class ShardSpec {
   // global_shape[d]. Negative Shard dims are wrapped. Throws ValueError (placements: count, dim out of range,
   // a dim sharded twice; negative extents) or ShapeError (extents that do not fit the shape), the message
   // starting with `op` and naming the placements, the global shape and the mesh.
-  ShardSpec(Mesh mesh, Placements placements, Shape global_shape, std::vector<std::vector<int64_t>> extents,
+  ShardSpec(Mesh mesh, Placements placements, Shape global_shape, AxisExtents extents,
             const char* op = "ShardSpec");
   // Extents from split_extents for every Shard axis.
   static ShardSpec split_evenly(Mesh mesh, Placements placements, Shape global_shape, const char* op = "ShardSpec");
@@ -34,8 +45,8 @@ class ShardSpec {
   const Shape& global_shape() const { return global_shape_; }
   int ndim() const { return static_cast<int>(global_shape_.size()); }
   // Per-coordinate extents along mesh axis `axis` (empty unless it is a Shard axis).
-  const std::vector<int64_t>& extents(int axis) const { return extents_[axis]; }
-  const std::vector<std::vector<int64_t>>& all_extents() const { return extents_; }
+  const Extents& extents(int axis) const { return extents_[axis]; }
+  const AxisExtents& all_extents() const { return extents_; }
   // The mesh axis sharding tensor dim d, or -1.
   int axis_sharding(int d) const;
   bool any_partial() const;
@@ -49,7 +60,7 @@ class ShardSpec {
   int64_t offset(int axis) const;
 
   // The same spec with other placements/extents/global shape (validated again).
-  ShardSpec with(Placements placements, Shape global_shape, std::vector<std::vector<int64_t>> extents,
+  ShardSpec with(Placements placements, Shape global_shape, AxisExtents extents,
                  const char* op = "ShardSpec") const;
 
   bool operator==(const ShardSpec& o) const;
@@ -60,7 +71,7 @@ class ShardSpec {
   Mesh mesh_;
   Placements placements_;
   Shape global_shape_;
-  std::vector<std::vector<int64_t>> extents_;
+  AxisExtents extents_;
 };
 
 // True when both tensors live on the same mesh (the same communicators).

@@ -129,7 +129,7 @@ std::string ShardTensor::str() const {
 }
 
 ShardTensor distribute(const Tensor& full, const Mesh& mesh, const Placements& placements,
-                       std::optional<std::vector<std::vector<int64_t>>> extents) {
+                       std::optional<AxisExtents> extents) {
   check_defined("distribute", full, "full tensor");
   reject_partial("distribute", placements);
   ShardSpec spec = extents ? ShardSpec(mesh, placements, full.shape(), *extents, "distribute")
@@ -194,7 +194,7 @@ ShardTensor scatter(const Tensor& full, int src, const Mesh& mesh, const Placeme
 }
 
 ShardTensor from_local(const Tensor& local, const Mesh& mesh, const Placements& placements,
-                       std::optional<std::vector<std::vector<int64_t>>> extents) {
+                       std::optional<AxisExtents> extents) {
   check_defined("from_local", local, "local tensor");
   if (extents) {
     // Validates (and normalises) the placements against the tensor rank before any dim is read.
@@ -202,7 +202,7 @@ ShardTensor from_local(const Tensor& local, const Mesh& mesh, const Placements& 
     Shape global = local.shape();
     if (extents->size() == p.size())
       for (std::size_t m = 0; m < p.size(); ++m)
-        if (p[m].is_shard()) global[p[m].dim] = std::accumulate((*extents)[m].begin(), (*extents)[m].end(), int64_t{0});
+        if (p[m].is_shard()) global[p[m].dim] = total((*extents)[m]);
     ShardSpec spec(mesh, p, std::move(global), *extents, "from_local");
     check_local_shape("from_local", local, spec);
     return ShardTensor(local, std::move(spec));
@@ -237,7 +237,7 @@ ShardTensor from_local(const Tensor& local, const Mesh& mesh, const Placements& 
   const Placements p = ShardSpec::split_evenly(mesh, placements, shape_of(0), "from_local").placements();
 
   // Axis m's extents are read along the line of ranks through mesh rank 0; every rank must then fit them.
-  std::vector<std::vector<int64_t>> ext(p.size());
+  AxisExtents ext(p.size());
   Shape global = shape_of(0);
   for (std::size_t m = 0; m < p.size(); ++m) {
     if (!p[m].is_shard()) continue;
@@ -246,7 +246,7 @@ ShardTensor from_local(const Tensor& local, const Mesh& mesh, const Placements& 
       c[m] = j;
       ext[m].push_back(shape_of(rank_at(mesh, c))[p[m].dim]);
     }
-    global[p[m].dim] = std::accumulate(ext[m].begin(), ext[m].end(), int64_t{0});
+    global[p[m].dim] = total(ext[m]);
   }
   ShardSpec spec(mesh, p, global, ext, "from_local");
   for (int q = 0; q < P; ++q) {

@@ -49,7 +49,7 @@ class ShardTensor {
 // slice of `full`: its grad flows back into `full`'s grad on each rank, as zeros outside this rank's window.
 // Partial placements are rejected (MissingShardPatch).
 ShardTensor distribute(const Tensor& full, const Mesh& mesh, const Placements& placements,
-                       std::optional<std::vector<std::vector<int64_t>>> extents = std::nullopt);
+                       std::optional<AxisExtents> extents = std::nullopt);
 // `full` is significant on mesh rank `src` only (others may pass an undefined Tensor): its shape, dtype,
 // device kind and requires_grad are broadcast over the flat communicator, then `src` sends each rank only its
 // own shard (point to point; the full tensor is never broadcast). Shards land on the mesh's device when `full`
@@ -64,7 +64,7 @@ ShardTensor scatter(const Tensor& full, int src, const Mesh& mesh, const Placeme
 // against each other (sharded dims consistent along each axis, other dims equal everywhere) and reaches the same
 // verdict, so inconsistent shapes are the same ShapeError on every rank.
 ShardTensor from_local(const Tensor& local, const Mesh& mesh, const Placements& placements,
-                       std::optional<std::vector<std::vector<int64_t>>> extents = std::nullopt);
+                       std::optional<AxisExtents> extents = std::nullopt);
 // The local tensor (its autograd identity; Partial data is returned unreduced).
 inline Tensor to_local(const ShardTensor& t) { return t.local(); }
 // The whole global tensor on every rank: redistribute to all-Replicate, then the local tensor.

@@ -23,7 +23,7 @@
 #include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "mesh/mesh.h"
-#include "patches/attention.h"
+#include "patches/ops.h"
 #include "patches/placement.h"
 #include "runtime/allocator.h"
 #include "runtime/factories.h"

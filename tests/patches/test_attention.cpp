@@ -6,7 +6,6 @@
 
 #include "autograd/engine.h"
 #include "autograd/tape.h"
-#include "patches/attention.h"
 #include "runtime/allocator.h"
 #include "tests/patches/patch_testing.h"
 
@@ -32,17 +31,11 @@ ShardedFn attention_fn(double scale, KvStrategy strategy) {
   };
 }
 
-const Placement R = Placement::Replicate();
-const Placement S = Placement::Shard(2);
+// Attention shards the sequence dim, dim 2 of (B, H, N, D).
+const Placement kSeq = S(2);
 
 // Bytes of n keys' packed K/V block in f64.
 int64_t kv_bytes(int64_t n, int64_t itemsize = 8) { return kBH * n * (kD + kDv) * itemsize; }
-
-int64_t total(const std::vector<int64_t>& e) {
-  int64_t t = 0;
-  for (int64_t x : e) t += x;
-  return t;
-}
 
 std::vector<ExpectedComm> ring_comms(const std::vector<int64_t>& ek, int p, int r, int64_t itemsize = 8) {
   if (p == 1) return {};
@@ -85,7 +78,7 @@ TEST_CASE("patch attention: q sharded, kv replicated; dK/dV summed once in backw
   for (double scale : kScales)
     for (const ExtentsCase& e : extents_cases(kNq, p))
       check_patch(line, attention_fn(scale, KvStrategy::ring),
-                  sharded_case("sdpa S,R " + e.name, qkv(110), {on_line(S), on_line(R), on_line(R)},
+                  sharded_case("sdpa S,R " + e.name, qkv(110), {on_line(kSeq), on_line(R), on_line(R)},
                                {{e.extents}, {}, {}}),
                   {{kBwd, "all_reduce", "domain", 1, all_reduce_bytes(kv_numel, 8, p)}});
 }
@@ -97,7 +90,7 @@ TEST_CASE("patch attention: q replicated, kv sharded; blocks folded by their LSE
   for (double scale : kScales)
     for (const ExtentsCase& e : extents_cases(kNk, p))
       check_patch(line, attention_fn(scale, KvStrategy::ring),
-                  sharded_case("sdpa R,S " + e.name, qkv(120), {on_line(R), on_line(S), on_line(S)},
+                  sharded_case("sdpa R,S " + e.name, qkv(120), {on_line(R), on_line(kSeq), on_line(kSeq)},
                                {{}, {e.extents}, {e.extents}}),
                   {{kFwd, "all_reduce", "domain", 2,
                     all_reduce_bytes(rows, 8, p) + all_reduce_bytes(rows * (kDv + 1), 8, p)},
@@ -113,7 +106,7 @@ TEST_CASE("patch attention: q and kv sharded, ring and all-gather-KV", "[patch][
       for (size_t j = 0; j < ek.size(); ++j) {
         const std::string name = " q " + eq[i].name + ", kv " + ek[j].name;
         const ShardedCase c =
-            sharded_case("sdpa S,S" + name, qkv(130 + i + 2 * j), {on_line(S), on_line(S), on_line(S)},
+            sharded_case("sdpa S,S" + name, qkv(130 + i + 2 * j), {on_line(kSeq), on_line(kSeq), on_line(kSeq)},
                          {{eq[i].extents}, {ek[j].extents}, {ek[j].extents}});
         check_patch(line, attention_fn(scale, KvStrategy::ring), c, ring_comms(ek[j].extents, p, r));
         check_patch(line, attention_fn(scale, KvStrategy::all_gather), c, all_gather_comms(ek[j].extents, p, r));
@@ -128,7 +121,7 @@ TEST_CASE("patch attention: sequences longer than the kernel's 64-row blocks", "
   const int64_t nq = 149, nk = 151;
   const std::vector<Tensor> in = {rnd({1, 2, nq, kD}, 145), rnd({1, 2, nk, kD}, 146), rnd({1, 2, nk, kDv}, 147)};
   const std::vector<int64_t> ek = split_extents(nk, p);
-  const ShardedCase c = sharded_case("sdpa S,S long", in, {on_line(S), on_line(S), on_line(S)});
+  const ShardedCase c = sharded_case("sdpa S,S long", in, {on_line(kSeq), on_line(kSeq), on_line(kSeq)});
   std::vector<ExpectedComm> ring;
   if (p > 1) {
     const int64_t kv = 2 * (kD + kDv) * 8;  // bytes per key of the packed K/V block (B*H = 2, f64)
@@ -142,7 +135,7 @@ TEST_CASE("patch attention: f32 inputs merge and reduce in f32", "[patch][attent
   const Mesh& line = line_mesh();
   const int p = line.size(), r = line.rank();
   const std::vector<int64_t> ek = split_extents(kNk, p);
-  ShardedCase c = sharded_case("sdpa ring f32", qkv(140, DType::f32), {on_line(S), on_line(S), on_line(S)});
+  ShardedCase c = sharded_case("sdpa ring f32", qkv(140, DType::f32), {on_line(kSeq), on_line(kSeq), on_line(kSeq)});
   c.atol = c.rtol = 1e-5;  // f32 against the f64 oracle
   check_patch(line, attention_fn(0.5, KvStrategy::ring), c, ring_comms(ek, p, r, 4));
   c.name = "sdpa all-gather f32";
@@ -150,7 +143,7 @@ TEST_CASE("patch attention: f32 inputs merge and reduce in f32", "[patch][attent
               {{kFwd, "all_gather_v", "domain", 1, kv_bytes(ek[r], 4) * (p - 1)},
                {kBwd, "all_gather_v", "domain", 1, kv_bytes(ek[r], 4) * (p - 1)},
                {kBwd, "reduce_scatter_v", "domain", 1, kv_bytes(kNk - ek[r], 4)}});
-  ShardedCase fold = sharded_case("sdpa R,S f32", qkv(141, DType::f32), {on_line(R), on_line(S), on_line(S)});
+  ShardedCase fold = sharded_case("sdpa R,S f32", qkv(141, DType::f32), {on_line(R), on_line(kSeq), on_line(kSeq)});
   fold.atol = fold.rtol = 1e-5;
   const int64_t rows = kBH * kNq;
   check_patch(line, attention_fn(0.5, KvStrategy::ring), fold,
@@ -176,8 +169,8 @@ TEST_CASE("patch attention: all-Replicate on the 2x2 mesh is the local op", "[pa
 TEST_CASE("patch attention: unsupported placements are MissingShardPatch", "[patch][attention]") {
   const Mesh& line = line_mesh();
   const std::vector<Tensor> in = qkv(150);
-  const ShardTensor q = distribute(in[0], line, on_line(S)), k = distribute(in[1], line, on_line(S)),
-                    v = distribute(in[2], line, on_line(S));
+  const ShardTensor q = distribute(in[0], line, on_line(kSeq)), k = distribute(in[1], line, on_line(kSeq)),
+                    v = distribute(in[2], line, on_line(kSeq));
   // Partial input.
   const ShardTensor partial = from_local(in[1], line, on_line(Placement::Partial()));
   CHECK_THROWS_AS(scaled_dot_product_attention(q, partial, v, 1.0), MissingShardPatch);
@@ -193,11 +186,11 @@ TEST_CASE("patch attention: unsupported placements are MissingShardPatch", "[pat
   // k and v placed differently.
   CHECK_THROWS_AS(scaled_dot_product_attention(q, k, distribute(in[2], line, on_line(R)), 1.0), MissingShardPatch);
   // Mismatched shapes are a ShapeError, not a patch question.
-  CHECK_THROWS_AS(scaled_dot_product_attention(q, distribute(rnd({kB, kH, kNk, kD + 1}, 1), line, on_line(S)), v, 1.0),
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, distribute(rnd({kB, kH, kNk, kD + 1}, 1), line, on_line(kSeq)), v, 1.0),
                   ShapeError);
   if (has_grid()) {
-    const ShardTensor g = distribute(in[0], grid_mesh(), {S, R});
-    const ShardTensor gk = distribute(in[1], grid_mesh(), {S, R}), gv = distribute(in[2], grid_mesh(), {S, R});
+    const ShardTensor g = distribute(in[0], grid_mesh(), {kSeq, R});
+    const ShardTensor gk = distribute(in[1], grid_mesh(), {kSeq, R}), gv = distribute(in[2], grid_mesh(), {kSeq, R});
     CHECK_THROWS_AS(scaled_dot_product_attention(g, gk, gv, 1.0), MissingShardPatch);
   }
 }
@@ -221,7 +214,7 @@ TEST_CASE("patch attention: ring attention's memory per rank is O(N/P)", "[patch
     const int64_t before = memory_stats(Device::cpu()).current_bytes;
     reset_peak_memory(Device::cpu());
     {
-      const Placements seq = {S};
+      const Placements seq = {kSeq};
       const AttentionShardOutput o =
           scaled_dot_product_attention(from_local(q, line, seq, {{ext}}), from_local(k, line, seq, {{ext}}),
                                        from_local(v, line, seq, {{ext}}), 1.0, s);

@@ -5,7 +5,7 @@
 
 #include "autograd/function.h"
 #include "autograd/ops.h"
-#include "core_testing.h"
+#include "tests/patches/patch_testing.h"
 #include "patches/check_sharded.h"
 
 using namespace shardrt;
@@ -55,19 +55,19 @@ ShardedFn column_sums(bool label_partial, Placement to_on_row_axis) {
       part[m] = label_partial ? Placement::Partial() : R;
       to[m] = to_on_row_axis;
     }
-    ShardTensor s = from_local(sum(x.local(), {0}), x.mesh(), part, std::vector<std::vector<int64_t>>{});
+    ShardTensor s = from_local(sum(x.local(), {0}), x.mesh(), part, AxisExtents{});
     return std::vector<ShardTensor>{redistribute(s, label_partial ? to : part)};
   };
 }
 
-ShardedCase rows_case(const std::string& name, Placements placements, std::vector<std::vector<int64_t>> extents,
+ShardedCase rows_case(const std::string& name, Placements placements, AxisExtents extents,
                       int64_t rows) {
   ShardedCase c;
   c.name = name;
-  c.inputs = {random_like_shape({rows, 3}, 21)};
+  c.inputs = {rnd({rows, 3}, 21)};
   c.placements = {std::move(placements)};
   c.extents = {std::move(extents)};
-  c.params = {random_like_shape({3, 2}, 22)};
+  c.params = {rnd({3, 2}, 22)};
   return c;
 }
 
@@ -141,7 +141,7 @@ TEST_CASE("check_sharded: ddp x domain grids, rows sharded over either axis, and
     for (const Placements& to : {Placements{R, R}, Placements{S(2), S(1)}, Placements{S(0), S(1)}}) {
       ShardedCase c;
       c.name = "redistribute (S(1), S(2)) -> " + placements_str(to);
-      c.inputs = {random_like_shape({2, total(e0), total(e1)}, 31)};
+      c.inputs = {rnd({2, total(e0), total(e1)}, 31)};
       c.placements = {{S(1), S(2)}};
       c.extents = {{e0, e1}};
       const ShardedCheckResult r = check_sharded(
@@ -164,7 +164,7 @@ TEST_CASE("check_sharded: Partial inputs arrive as rank-distinct parts and get c
   };
   ShardedCase c;
   c.name = "Partial input -> R";
-  c.inputs = {random_like_shape({5, 3}, 41)};
+  c.inputs = {rnd({5, 3}, 41)};
   c.placements = {{Placement::Partial()}};
   ShardedCheckResult r = check_sharded(mesh, to_replicate, c);
   INFO(r.report);
@@ -186,7 +186,7 @@ TEST_CASE("check_sharded: Partial inputs arrive as rank-distinct parts and get c
   for (auto g : grids()) {
     const Mesh m2 = grid(g);
     c.name = "(P, S(0)) -> (R, R)";
-    c.inputs = {random_like_shape({2 * g.second + 1, 3}, 42)};
+    c.inputs = {rnd({2 * g.second + 1, 3}, 42)};
     c.placements = {{Placement::Partial(), S(0)}};
     r = check_sharded(m2, to_replicate, c);
     INFO(r.report);

@@ -2,20 +2,12 @@
 // 1-D meshes and the 2x2 mesh (H over "dx", W over "dy"), patchify (kernel == stride) and conv_transpose with no
 // collective but the weight-grad all-reduce, every parameter grad compared, the exact halo exchanges in the
 // ledger, and the MissingShardPatch cases (decided identically on every rank).
-#include "patches/conv.h"
 #include "tests/patches/patch_testing.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
 
 namespace {
-
-using Ext = std::vector<std::vector<std::vector<int64_t>>>;
-
-// Bytes rank `r` of `p` sends in one halo exchange of `h` slices to each existing neighbour.
-int64_t halo_bytes(int r, int p, int64_t h, int64_t slice_bytes) {
-  return h * slice_bytes * ((r > 0 ? 1 : 0) + (r < p - 1 ? 1 : 0));
-}
 
 ShardedFn conv_fn(std::vector<int64_t> stride, std::vector<int64_t> padding, std::vector<int64_t> dilation) {
   return [=](const std::vector<ShardTensor>& in, const std::vector<Tensor>& p) {
@@ -53,7 +45,7 @@ TEST_CASE("patch conv: halo conv1d over a 1-D mesh, padding, dilation, kernel 5"
     // 23 over <= 4 ranks: shards of >= 5, so kernel 3 takes the overlapped slab path; kernel 5 (>= 7 needed) the
     // padded one beyond 2 ranks.
     ShardedCase c = sharded_case(std::string("conv1d ") + cfg.name, {rnd({2, 3, 23}, 100)},
-                                 {on_line(Placement::Shard(2))}, Ext{{split_extents(23, p)}});
+                                 {on_line(Placement::Shard(2))}, {{split_extents(23, p)}});
     c.params = {rnd({4, 3, cfg.k}, 101), rnd({4}, 102)};
     check_patch(line, conv_fn({1}, {cfg.pad}, {cfg.dil}), c,
                 halo_comms("domain", halo_bytes(r, p, h, slice), all_reduce_bytes(4 * 3 * cfg.k + 4, 8, p)));
@@ -112,7 +104,7 @@ TEST_CASE("patch conv: patchify (kernel == stride) and conv_transpose: no halo",
   std::vector<int64_t> ext = split_extents(7, p);
   for (int64_t& e : ext) e *= 2;
   ShardedCase pf = sharded_case("patchify conv2d k2 s2", {rnd({1, 3, 14, 4}, 130)}, {on_line(Placement::Shard(2))},
-                                Ext{{ext}});
+                                {{ext}});
   pf.params = {rnd({4, 3, 2, 2}, 131), rnd({4}, 132)};
   check_patch(line, conv_fn({2}, {0}, {1}), pf,
               {{"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(4 * 3 * 4 + 4, 8, p)}});
@@ -159,7 +151,7 @@ TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[pa
   CHECK_THROWS_AS(conv(xc, rnd({2, 4, 3}, 144), Tensor(), {1}, {1}, {1}), MissingShardPatch);
   if (p >= 2) {
     // A shard thinner than the halo: kernel 5 (halo 2) on shards of 1 takes the general halo (all_to_all_v;
-    // its bytes are checked in test_patch_conv_thin.cpp).
+    // its bytes are checked in test_halo.cpp).
     ShardedCase thin = sharded_case("conv1d k5 on shards of 1", {rnd({1, 2, p}, 145)}, {on_line(Placement::Shard(2))});
     thin.params = {rnd({2, 2, 5}, 146), rnd({2}, 148)};
     const ShardedCheckResult tr = check_sharded(line, conv_fn({1}, {2}, {1}), thin);
@@ -170,13 +162,13 @@ TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[pa
     if (e.name != "zero-size shard") continue;
     // A zero-size shard: the halo conv takes the general halo; conv_transpose and the patchify conv give that
     // rank an empty output shard (and it still joins the weight-grad all_reduce).
-    ShardedCase z = sharded_case("conv1d zero-size shard", {x}, {on_line(Placement::Shard(2))}, Ext{{e.extents}});
+    ShardedCase z = sharded_case("conv1d zero-size shard", {x}, {on_line(Placement::Shard(2))}, {{e.extents}});
     z.params = {w3, rnd({2}, 149)};
     const ShardedCheckResult zr = check_sharded(line, conv_fn({1}, {1}, {1}), z);
     INFO(zr.report);
     CHECK(zr.ok);
     ShardedCase zt = sharded_case("conv_transpose1d zero-size shard", {x}, {on_line(Placement::Shard(2))},
-                                  Ext{{e.extents}});
+                                  {{e.extents}});
     zt.params = {rnd({2, 2, 2}, 147), rnd({2}, 150)};
     const ShardedCheckResult ztr = check_sharded(line, conv_transpose_fn, zt);
     INFO(ztr.report);
@@ -185,7 +177,7 @@ TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[pa
     int64_t total = 0;
     for (int64_t& v : doubled) total += (v *= 2);
     ShardedCase zp = sharded_case("conv1d patchify zero-size shard", {rnd({1, 2, total}, 151)},
-                                  {on_line(Placement::Shard(2))}, Ext{{doubled}});
+                                  {on_line(Placement::Shard(2))}, {{doubled}});
     zp.params = {rnd({3, 2, 2}, 152), rnd({3}, 153)};
     const ShardedCheckResult zpr = check_sharded(line, conv_fn({2}, {0}, {1}), zp);
     INFO(zpr.report);

@@ -153,7 +153,7 @@ TEST_CASE("patch elementwise: unsupported placements are MissingShardPatch namin
     std::vector<int64_t> other = split_extents(11, p);
     other[0] += 1, other[1] -= 1;
     const ShardTensor c =
-        distribute(full, line, on_line(Placement::Shard(0)), std::vector<std::vector<int64_t>>{other});
+        distribute(full, line, on_line(Placement::Shard(0)), AxisExtents{other});
     CHECK_THROWS_AS(add(a, c), MissingShardPatch);
   }
   // A pending sum: no elementwise op of one is the op of the sum.

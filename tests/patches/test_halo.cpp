@@ -1,7 +1,7 @@
-// Sharded halo convolution (and halo pooling, linear upsampling) on shards thinner than the halo, zero-size ones included: the
-// general halo (one all_to_all_v per direction on the axis) against the serial fp64 oracle on 2-4 ranks and the
-// 2x2 mesh, every parameter grad compared, and the exact all_to_all_v bytes, computed here from the extents.
-#include "patches/conv.h"
+// The general halo (patches/halo.cpp: halo_window, one all_to_all_v per direction on the axis) through the ops
+// that take it, convolution and linear upsampling on shards thinner than the halo, zero-size ones included:
+// against the serial fp64 oracle on 2-4 ranks and the 2x2 mesh, every parameter grad compared, and the exact
+// all_to_all_v bytes, computed here from the extents.
 #include "tests/patches/patch_testing.h"
 
 using namespace shardrt;
@@ -9,15 +9,13 @@ using namespace shardrt::test;
 
 namespace {
 
-using Ext = std::vector<std::vector<std::vector<int64_t>>>;
-
 // The slices each coordinate of an axis reads for a stride-1 window of halo h and padding p over `e`: output i is
 // centred on input c = i + h - p; coordinate j computes the centres it owns (the first also those before 0, the
 // last those past the end) and reads [first - h, last + h] clipped to [0, L). Empty when it computes nothing.
 struct Windows {
   std::vector<int64_t> off, lo, hi;
 };
-Windows windows(const std::vector<int64_t>& e, int64_t h, int64_t p) {
+Windows windows(const Extents& e, int64_t h, int64_t p) {
   const int n = static_cast<int>(e.size());
   Windows w;
   int64_t len = 0;
@@ -35,14 +33,14 @@ Windows windows(const std::vector<int64_t>& e, int64_t h, int64_t p) {
 }
 
 // Slices coordinate `from` owns inside coordinate `to`'s window.
-int64_t shared_slices(const std::vector<int64_t>& e, const Windows& w, int from, int to) {
+int64_t shared_slices(const Extents& e, const Windows& w, int from, int to) {
   const int64_t a = std::max(w.off[from], w.lo[to]), b = std::min(w.off[from] + e[from], w.hi[to]);
   return std::max<int64_t>(0, b - a);
 }
 
 // (forward, backward) bytes coordinate `r` sends in the general halo's all_to_all_v: forward its slices inside the
 // others' windows, backward the grads of the others' slices inside its own window.
-std::pair<int64_t, int64_t> a2a_bytes(const std::vector<int64_t>& e, int64_t h, int64_t p, int r, int64_t slice) {
+std::pair<int64_t, int64_t> a2a_bytes(const Extents& e, int64_t h, int64_t p, int r, int64_t slice) {
   const Windows w = windows(e, h, p);
   int64_t fwd = 0, bwd = 0;
   for (int j = 0; j < static_cast<int>(e.size()); ++j) {
@@ -59,7 +57,7 @@ std::vector<ExpectedComm> a2a_comms(const std::string& op, const std::string& ax
 
 // The halo lines of coordinate `r` for extents `e`: the general halo when some shard is thinner than the halo it
 // serves (or than one slice) or an edge shard gets no output; else the neighbour exchange, h slices each way.
-std::vector<ExpectedComm> halo_or_a2a(const std::string& op, const std::vector<int64_t>& e, int64_t h, int64_t p,
+std::vector<ExpectedComm> halo_or_a2a(const std::string& op, const Extents& e, int64_t h, int64_t p,
                                       int r, int64_t slice) {
   const int n = static_cast<int>(e.size());
   bool general = false;
@@ -77,7 +75,7 @@ ShardedFn conv_fn(std::vector<int64_t> padding, std::vector<int64_t> dilation) {
 }
 
 // Thin extents of `len` on `n` >= 2 coordinates: 1, rest on 2; 1, 0, rest on 3; 4, 0, 1, rest on 4.
-std::vector<int64_t> thin_extents(int64_t len, int n) {
+Extents thin_extents(int64_t len, int n) {
   if (n == 2) return {1, len - 1};
   if (n == 3) return {1, 0, len - 1};
   std::vector<int64_t> e = {4, 0, 1};
@@ -103,7 +101,7 @@ TEST_CASE("patch conv thin: conv1d/2d/3d on zero-size and thinner-than-halo shar
   for (const Cfg& cfg : {Cfg{"k3 p1", 3, 1, 1}, Cfg{"k3 p2 d2", 3, 2, 2}, Cfg{"k5 p2", 5, 2, 1}, Cfg{"k5 p0", 5, 0, 1}}) {
     const int64_t h = cfg.dil * (cfg.k - 1) / 2;
     ShardedCase c = sharded_case(std::string("thin conv1d ") + cfg.name, {rnd({2, 3, 11}, 300)},
-                                 {on_line(Placement::Shard(2))}, Ext{{e}});
+                                 {on_line(Placement::Shard(2))}, {{e}});
     c.params = {rnd({4, 3, cfg.k}, 301), rnd({4}, 302)};
     std::vector<ExpectedComm> want = halo_or_a2a("conv", e, h, cfg.pad, r, 2 * 3 * 8);
     want.push_back({"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(4 * 3 * cfg.k + 4, 8, p)});
@@ -111,28 +109,28 @@ TEST_CASE("patch conv thin: conv1d/2d/3d on zero-size and thinner-than-halo shar
   }
   // conv2d, H sharded thin (halo 2), W unsharded.
   ShardedCase c2 = sharded_case("thin conv2d k5 p2", {rnd({1, 2, 11, 4}, 303)}, {on_line(Placement::Shard(2))},
-                                Ext{{e}});
+                                {{e}});
   c2.params = {rnd({3, 2, 5, 3}, 304), rnd({3}, 305)};
   std::vector<ExpectedComm> want = halo_or_a2a("conv", e, 2, 2, r, 2 * 4 * 8);
   want.push_back({"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(3 * 2 * 15 + 3, 8, p)});
   check_patch(line, conv_fn({2, 1}, {1}), c2, want);
   // conv3d, D sharded thin, kernel 3 with dilation 2 (halo 2), padding 2.
   ShardedCase c3 = sharded_case("thin conv3d k3 d2 p2", {rnd({1, 2, 11, 3, 2}, 308)}, {on_line(Placement::Shard(2))},
-                                Ext{{e}});
+                                {{e}});
   c3.params = {rnd({2, 2, 3, 3, 1}, 309), rnd({2}, 313)};
   want = halo_or_a2a("conv", e, 2, 2, r, 2 * 3 * 2 * 8);
   want.push_back({"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(2 * 2 * 9 + 2, 8, p)});
   check_patch(line, conv_fn({2, 1, 0}, {2, 1, 1}), c3, want);
   // Halo pooling shares the plan: max pool (edges -inf) and avg pool on the same thin shards.
   ShardedCase mp = sharded_case("thin max_pool k5 p2", {rnd({1, 2, 11}, 306)}, {on_line(Placement::Shard(2))},
-                                Ext{{e}});
+                                {{e}});
   check_patch(line,
               [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
                 return std::vector<ShardTensor>{max_pool(in[0], {5}, {1}, {2})};
               },
               mp, halo_or_a2a("max_pool", e, 2, 2, r, 2 * 8));
   ShardedCase ap = sharded_case("thin avg_pool k3 p1", {rnd({1, 2, 11}, 307)}, {on_line(Placement::Shard(2))},
-                                Ext{{e}});
+                                {{e}});
   check_patch(line,
               [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
                 return std::vector<ShardTensor>{avg_pool(in[0], {3}, {1}, {1})};
@@ -147,7 +145,7 @@ TEST_CASE("patch conv thin: linear upsampling with a zero-size shard (all_to_all
   // Coordinate j reads [o_j - 1, o_j + e_j + 1) clipped to [0, L): the windows of a halo 1, padding 1 window op.
   const std::vector<int64_t> e = thin_extents(11, p);
   ShardedCase c = sharded_case("thin upsample_linear x3", {rnd({2, 2, 11}, 320)}, {on_line(Placement::Shard(2))},
-                               Ext{{e}});
+                               {{e}});
   check_patch(line,
               [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
                 return std::vector<ShardTensor>{upsample_linear(in[0], {33})};
@@ -165,7 +163,7 @@ TEST_CASE("patch conv thin: conv2d over the 2x2 mesh with a zero-size shard on d
   // Padding 2 > halo 1: dx coordinate 0 computes one output, from slice 0 of coordinate 1 (padding 1: none).
   for (int64_t pad : {1, 2}) {
     ShardedCase c = sharded_case("thin conv2d 2x2 pad " + std::to_string(pad), {rnd({1, 2, 9, 7}, 310)},
-                                 {{Placement::Shard(2), Placement::Shard(3)}}, Ext{{eh, ew}});
+                                 {{Placement::Shard(2), Placement::Shard(3)}}, {{eh, ew}});
     c.params = {rnd({3, 2, 3, 3}, 311), rnd({3}, 312)};
     // dx first, on the local (eh, ew) block: one slice = 2*ew f64. Then dy on the H-window: dx coordinate 0
     // holds 3 rows (its window, or an edge-filled one when it computes nothing), coordinate 1 its 9 rows plus

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "patches/norm_index.h"
-#include "patches/point_cloud.h"
 #include "tests/patches/patch_testing.h"
 
 using namespace shardrt;
@@ -64,7 +62,7 @@ std::vector<ExpectedComm> ring(const char* scope, const char* axis, int p, int64
 }
 
 // Ring bytes sent by coordinate `me` of an axis with point extents `ext` and D coordinates in f64.
-int64_t ring_bytes(const std::vector<int64_t>& ext, int me, int64_t d) {
+int64_t ring_bytes(const Extents& ext, int me, int64_t d) {
   const int p = static_cast<int>(ext.size());
   int64_t b = 0;
   for (int s = 0; s + 1 < p; ++s) b += ext[((me - s) % p + p) % p] * d * 8;
@@ -81,7 +79,7 @@ Tensor cloud(int64_t n, uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("patch knn / radius_search: ring over point shards equals serial brute force", "[normidx]") {
+TEST_CASE("patch knn / radius_search: ring over point shards equals serial brute force", "[point_cloud]") {
   const Mesh& line = line_mesh();
   const int p = line.size(), me = line.axis("domain").rank();
   const Tensor points = cloud(13, 100), queries = cloud(9, 101);
@@ -116,7 +114,7 @@ TEST_CASE("patch knn / radius_search: ring over point shards equals serial brute
   if (has_grid()) {
     // Points over dx (zero-size shard included), queries over dy.
     const Mesh& grid = grid_mesh();
-    for (const std::vector<int64_t>& ext : {split_extents(13, 2), std::vector<int64_t>{0, 13}}) {
+    for (const Extents& ext : {split_extents(13, 2), Extents{0, 13}}) {
       const ShardTensor gp = distribute(points, grid, {Placement::Shard(0), Placement::Replicate()}, {{ext, {}}});
       const ShardTensor gq = distribute(queries, grid, {Placement::Replicate(), Placement::Shard(0)});
       grid.flat().ledger().reset();
@@ -128,7 +126,7 @@ TEST_CASE("patch knn / radius_search: ring over point shards equals serial brute
 }
 
 TEST_CASE("patch point cloud: neighbour features gathered from the owning shards, grads scatter-added back",
-          "[normidx]") {
+          "[point_cloud]") {
   const Mesh& line = line_mesh();
   const int p = line.size();
   const Tensor points = cloud(13, 102), queries = cloud(9, 103);
@@ -158,7 +156,7 @@ TEST_CASE("patch point cloud: neighbour features gathered from the owning shards
     }
 }
 
-TEST_CASE("patch point cloud: unsupported placements are MissingShardPatch", "[normidx]") {
+TEST_CASE("patch point cloud: unsupported placements are MissingShardPatch", "[point_cloud]") {
   const Mesh& line = line_mesh();
   const ShardTensor coords = distribute(cloud(6, 105), line, on_line(Placement::Shard(1)));
   const ShardTensor q = distribute(cloud(5, 106), line, on_line(Placement::Replicate()));

@@ -2,19 +2,12 @@
 // kernel == stride pooling, halo pooling (avg counts the zero padding, max pads with -inf), nearest upsampling
 // (local) and linear upsampling (halo of one slice), constant/reflect/replicate padding at the global edges only;
 // the exact halo exchanges in the ledger, and the MissingShardPatch cases.
-#include "patches/conv.h"
 #include "tests/patches/patch_testing.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
 
 namespace {
-
-using Ext = std::vector<std::vector<std::vector<int64_t>>>;
-
-int64_t halo_bytes(int r, int p, int64_t h, int64_t slice_bytes) {
-  return h * slice_bytes * ((r > 0 ? 1 : 0) + (r < p - 1 ? 1 : 0));
-}
 
 std::vector<ExpectedComm> halo_lines(const std::string& op, const std::string& axis, int64_t bytes) {
   if (world_size() == 1 && op != "upsample_linear") return {};  // pooling on one rank: the local op, no halo
@@ -37,7 +30,7 @@ TEST_CASE("patch pool: kernel == stride is local, stride 1 odd kernels use a hal
     auto pool = [is_max](const ShardTensor& x, std::vector<int64_t> k, std::vector<int64_t> s,
                          std::vector<int64_t> pad) { return is_max ? max_pool(x, k, s, pad) : avg_pool(x, k, s, pad); };
     ShardedCase local = sharded_case(op + " k2 s2", {rnd({1, 2, 14, 3}, 200)}, {on_line(Placement::Shard(2))},
-                                     Ext{{ext}});
+                                     {{ext}});
     check_patch(line, one([&](const ShardTensor& x) { return pool(x, {2, 1}, {}, {0}); }), local, {});
     ShardedCase halo = sharded_case(op + " k3 s1 p1", {rnd({2, 2, 13}, 201)}, {on_line(Placement::Shard(2))});
     check_patch(line, one([&](const ShardTensor& x) { return pool(x, {3}, {1}, {1}); }), halo,
@@ -62,10 +55,10 @@ TEST_CASE("patch upsample: nearest is local, linear takes a halo of one slice", 
   for (const ExtentsCase& e : extents_cases(11, p)) {
     if (e.name == "zero-size shard") continue;  // covered by the MissingShardPatch case
     ShardedCase n = sharded_case("nearest x2 " + e.name, {rnd({1, 2, 11, 3}, 210)}, {on_line(Placement::Shard(2))},
-                                 Ext{{e.extents}});
+                                 {{e.extents}});
     check_patch(line, one([](const ShardTensor& x) { return upsample_nearest(x, {22, 6}); }), n, {});
     ShardedCase l = sharded_case("linear x3 " + e.name, {rnd({2, 2, 11}, 211)}, {on_line(Placement::Shard(2))},
-                                 Ext{{e.extents}});
+                                 {{e.extents}});
     check_patch(line, one([](const ShardTensor& x) { return upsample_linear(x, {33}); }), l,
                 halo_lines("upsample_linear", "domain", halo_bytes(r, p, 1, 2 * 2 * 8)));
   }
@@ -88,7 +81,7 @@ TEST_CASE("patch pad: constant/reflect/replicate at the global edges only; circu
   const int p = line.size();
   for (const ExtentsCase& e : extents_cases(11, p)) {
     ShardedCase c = sharded_case("pad constant " + e.name, {rnd({1, 2, 11, 4}, 220)}, {on_line(Placement::Shard(2))},
-                                 Ext{{e.extents}});
+                                 {{e.extents}});
     check_patch(line, one([](const ShardTensor& x) { return pad(x, {1, 2, 2, 1}, PadMode::constant, 0.5); }), c, {});
   }
   // Reflect/replicate need edge shards longer than the pad: 13 over <= 4 ranks gives >= 3.
@@ -101,7 +94,7 @@ TEST_CASE("patch pad: constant/reflect/replicate at the global edges only; circu
   const int r = line.rank();
   for (const ExtentsCase& e : extents_cases(11, p)) {
     ShardedCase c = sharded_case("pad circular " + e.name, {rnd({1, 2, 11, 3}, 223)}, {on_line(Placement::Shard(2))},
-                                 Ext{{e.extents}});
+                                 {{e.extents}});
     // One slice of the W-padded block along H: 2 * (3 + 2) f64.
     const int64_t slice = 2 * 5 * 8;
     const int64_t fwd = ((r == p - 1 ? 2 : 0) + (r == 0 ? 1 : 0)) * slice;
@@ -148,7 +141,7 @@ TEST_CASE("patch pool/upsample/pad: MissingShardPatch for what cannot be split e
   CHECK_THROWS_AS(upsample_linear(x, {26}, true), MissingShardPatch);
   if (p >= 2) {
     const ShardTensor thin = distribute(rnd({1, 2, p}, 231), line, on_line(Placement::Shard(2)));
-    // Halo 2 on shards of 1: the general halo (all_to_all_v; bytes checked in test_patch_conv_thin.cpp).
+    // Halo 2 on shards of 1: the general halo (all_to_all_v; bytes checked in test_halo.cpp).
     const ShardedCheckResult tr = check_sharded(
         line, one([](const ShardTensor& t) { return max_pool(t, {5}, {1}, {2}); }),
         sharded_case("max_pool k5 on shards of 1", {rnd({1, 2, p}, 231)}, {on_line(Placement::Shard(2))}));
@@ -162,21 +155,21 @@ TEST_CASE("patch pool/upsample/pad: MissingShardPatch for what cannot be split e
     const ShardedCheckResult zr =
         check_sharded(line, one([](const ShardTensor& t) { return avg_pool(t, {3}, {1}, {1}); }),
                       sharded_case("avg_pool zero-size shard", {rnd({1, 2, 13}, 232)}, {on_line(Placement::Shard(2))},
-                                   Ext{{e.extents}}));
+                                   {{e.extents}}));
     INFO(zr.report);
     CHECK(zr.ok);
     // Nearest upsampling is local: the zero-size shard upsamples to an empty one.
     const ShardedCheckResult nr =
         check_sharded(line, one([](const ShardTensor& t) { return upsample_nearest(t, {26}); }),
                       sharded_case("nearest x2 zero-size shard", {rnd({1, 2, 13}, 234)}, {on_line(Placement::Shard(2))},
-                                   Ext{{e.extents}}));
+                                   {{e.extents}}));
     INFO(nr.report);
     CHECK(nr.ok);
-    // Linear upsampling takes the general halo (all_to_all_v; bytes checked in test_patch_conv_thin.cpp).
+    // Linear upsampling takes the general halo (all_to_all_v; bytes checked in test_halo.cpp).
     const ShardedCheckResult lr =
         check_sharded(line, one([](const ShardTensor& t) { return upsample_linear(t, {26}); }),
                       sharded_case("linear x2 zero-size shard", {rnd({1, 2, 13}, 233)}, {on_line(Placement::Shard(2))},
-                                   Ext{{e.extents}}));
+                                   {{e.extents}}));
     INFO(lr.report);
     CHECK(lr.ok);
   }

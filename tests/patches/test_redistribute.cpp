@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "autograd/ops.h"
-#include "core_testing.h"
+#include "tests/patches/patch_testing.h"
 #include "patches/errors.h"
 
 using namespace shardrt;
@@ -26,7 +26,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> layouts(int n) {
 // layout, axes that keep their placement keep their extents, new shards follow split_extents; a random global
 // grad seeded on the result reaches x as this rank's window of it.
 void check_transition(const Mesh& mesh, const Shape& shape, const Placements& from,
-                      const std::vector<std::vector<int64_t>>& extents, const Placements& to) {
+                      const AxisExtents& extents, const Placements& to) {
   INFO(mesh.str() << " " << placements_str(from) << " -> " << placements_str(to) << " global " << shape_str(shape));
   const Tensor full = iota(shape);
   const ShardSpec spec(mesh, from, shape, extents);
@@ -46,7 +46,7 @@ void check_transition(const Mesh& mesh, const Shape& shape, const Placements& fr
     NoGradGuard no_grad;
     CHECK_SAME_VALUES(full_tensor(y), full);
   }
-  const Tensor g = random_like_shape(shape, 7);
+  const Tensor g = rnd(shape, 7);
   backward_global(y, g);
   REQUIRE(grad_of(x.local()).defined());
   CHECK_SAME_VALUES(grad_of(x.local()), window(g, spec));
@@ -59,7 +59,7 @@ Tensor part(const Shape& shape, int j) { return add_scalar(mul_scalar(iota(shape
 // x holds this rank's window of its part along Partial axis `pm`; the result must be the window of the sum of
 // the parts, and every part's grad is the window of the global grad (d sum / d part = 1).
 void check_partial(const Mesh& mesh, const Shape& shape, const Placements& from,
-                   const std::vector<std::vector<int64_t>>& extents, const Placements& to, int pm) {
+                   const AxisExtents& extents, const Placements& to, int pm) {
   INFO(mesh.str() << " " << placements_str(from) << " -> " << placements_str(to) << " global " << shape_str(shape));
   Tensor sum = zeros(shape, {DType::f64});
   for (int j = 0; j < mesh.shape()[pm]; ++j) sum = add(sum, part(shape, j));
@@ -75,7 +75,7 @@ void check_partial(const Mesh& mesh, const Shape& shape, const Placements& from,
     NoGradGuard no_grad;
     CHECK_SAME_VALUES(full_tensor(y), sum);
   }
-  const Tensor g = random_like_shape(shape, 11);
+  const Tensor g = rnd(shape, 11);
   backward_global(y, g);
   REQUIRE(grad_of(local).defined());
   CHECK_SAME_VALUES(grad_of(local), window(g, spec));
@@ -123,7 +123,7 @@ TEST_CASE("redistribute: Shard -> Shard and back restores the source extents thr
   ShardTensor z = redistribute(redistribute(x, {S(1)}), {S(0)});
   CHECK(z.spec().extents(0) == split_extents(shape[0], mesh.size()));
   CHECK_SAME_VALUES(z.local(), window(full, z.spec()));
-  const Tensor g = random_like_shape(shape, 3);
+  const Tensor g = rnd(shape, 3);
   backward_global(z, g);
   CHECK_SAME_VALUES(grad_of(x.local()), window(g, spec));
 }
@@ -157,7 +157,7 @@ TEST_CASE("redistribute ledger: exact collectives of each hop, forward and backw
   const Shape shape{total(ext), 3};
   const Tensor full = iota(shape);
   const ShardSpec s0(mesh, {S(0)}, shape, {ext});
-  const Tensor g = random_like_shape(shape, 5);
+  const Tensor g = rnd(shape, 5);
 
   SECTION("S(0) -> R: one all_gather_v forward, nothing backward") {
     ShardTensor x = leaf_shard(full, s0);
@@ -268,7 +268,7 @@ TEST_CASE("redistribute ledger 2-D: one hop per axis, on that axis only", "[core
     CHECK(ledger->calls("redistribute", "all_to_all_v", "domain") == 1);
     CHECK(ledger->total_calls() == 2);
     ledger->reset();
-    backward_global(z, random_like_shape(shape, 9));
+    backward_global(z, rnd(shape, 9));
     CHECK(ledger->calls("redistribute.backward", "all_gather_v", "ddp") == 1);     // adjoint of the slice
     CHECK(ledger->calls("redistribute.backward", "all_to_all_v", "domain") == 1);  // adjoint of the all-to-all
     CHECK(ledger->total_calls() == 2);                                             // the gather's adjoint is local

@@ -5,7 +5,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
-#include "core_testing.h"
+#include "tests/patches/patch_testing.h"
 #include "patches/dispatch.h"
 #include "patches/domain_batch.h"
 #include "patches/errors.h"
@@ -125,11 +125,11 @@ TEST_CASE("distribute: local slices without communication; grads flow into each 
     set_requires_grad(full);
     ledger->reset();
     ShardTensor x =
-        distribute(full, mesh, {S(0), S(1)}, std::vector<std::vector<int64_t>>{split_extents(3, g.first), e1});
+        distribute(full, mesh, {S(0), S(1)}, AxisExtents{split_extents(3, g.first), e1});
     CHECK(ledger->total_calls() == 0);
     CHECK(x.local().is_contiguous());
     CHECK_SAME_VALUES(x.local(), window(full, x.spec()));
-    const Tensor grad = random_like_shape(x.local().shape(), 1);
+    const Tensor grad = rnd(x.local().shape(), 1);
     backward(x.local(), grad);
     Tensor want = zeros(full.shape(), {DType::f64});
     window(want, x.spec()).copy_(grad);
@@ -143,7 +143,7 @@ TEST_CASE("distribute: local slices without communication; grads flow into each 
   CHECK_THROWS_AS(distribute(iota({4}), mesh, {S(1)}), ValueError);
   CHECK_THROWS_AS(distribute(iota({4}), mesh, {S(0), R}), ValueError);
   CHECK_THROWS_AS(
-      distribute(iota({4}), mesh, {S(0)}, std::vector<std::vector<int64_t>>{std::vector<int64_t>(mesh.size(), 5)}),
+      distribute(iota({4}), mesh, {S(0)}, AxisExtents{Extents(mesh.size(), 5)}),
       ShapeError);
   CHECK_THROWS_AS(distribute(Tensor(), mesh, {R}), ValueError);
 }
@@ -170,7 +170,7 @@ TEST_CASE("scatter: src sends only the shards; backward gathers the shard grads 
   CHECK(ledger->calls("scatter", "recv", "domain") == (me == src ? 0 : 1));
   CHECK(ledger->calls("scatter", "all_gather_v", "domain") == 0);
 
-  const Tensor g = random_like_shape(shape, 4);
+  const Tensor g = rnd(shape, 4);
   ledger->reset();
   backward_global(x, g);
   CHECK(ledger->bytes("scatter.backward", "send", "domain") == (me == src ? 0 : x.local().numel() * f64));
@@ -206,7 +206,7 @@ TEST_CASE("scatter on ddp x domain: replicas receive their shard; one grad copy 
       for (int q = 1; q < n; ++q) sent += spec.local_shape_at(1, q % gshape.second)[1] * 3 * 8;
       CHECK(ledger->bytes("scatter", "send", "mesh") == sent);
     }
-    const Tensor g = random_like_shape(shape, 6);
+    const Tensor g = rnd(shape, 6);
     ledger->reset();
     backward_global(x, g);
     // Only the ranks at src's ddp coordinate send (one copy of each distinct shard).
@@ -258,7 +258,7 @@ TEST_CASE("from_local: grads reach the wrapped local tensor", "[core][construct]
   const ShardTensor x = from_local(local, mesh, {S(0)});
   const Tensor full = full_tensor(x);
   CHECK_SAME_VALUES(full, iota(spec.global_shape()));
-  const Tensor g = random_like_shape(spec.global_shape(), 2);
+  const Tensor g = rnd(spec.global_shape(), 2);
   backward(full, g);  // full is Replicate: its grad is complete on every rank
   CHECK_SAME_VALUES(grad_of(local), window(g, spec));
 }
@@ -287,14 +287,14 @@ TEST_CASE("from_local: inconsistent shapes are the same ShapeError on every rank
 
   // Given extents: the local shape must match this rank's extent; the sum defines the global shape.
   const Tensor local = zeros({2, 3}, {DType::f64});
-  CHECK_THROWS_AS(from_local(local, mesh, {S(0)}, std::vector<std::vector<int64_t>>{std::vector<int64_t>(n, 3)}),
+  CHECK_THROWS_AS(from_local(local, mesh, {S(0)}, AxisExtents{Extents(n, 3)}),
                   ShapeError);
-  CHECK_THROWS_WITH(from_local(local, mesh, {S(0)}, std::vector<std::vector<int64_t>>{std::vector<int64_t>(n, 3)}),
+  CHECK_THROWS_WITH(from_local(local, mesh, {S(0)}, AxisExtents{Extents(n, 3)}),
                     Catch::Contains("from_local") && Catch::Contains("[2, 3]") && Catch::Contains("(S(0))"));
-  CHECK_THROWS_AS(from_local(local, mesh, {S(0)}, std::vector<std::vector<int64_t>>{std::vector<int64_t>(n + 1, 2)}),
+  CHECK_THROWS_AS(from_local(local, mesh, {S(0)}, AxisExtents{Extents(n + 1, 2)}),
                   ShapeError);
   CHECK_THROWS_AS(from_local(local, mesh, {S(5)}), ValueError);
-  CHECK_THROWS_AS(from_local(local, mesh, {S(5)}, std::vector<std::vector<int64_t>>{std::vector<int64_t>(n, 2)}),
+  CHECK_THROWS_AS(from_local(local, mesh, {S(5)}, AxisExtents{Extents(n, 2)}),
                   ValueError);
   CHECK_THROWS_AS(from_local(local, mesh, {R, R}), ValueError);
   CHECK_THROWS_AS(from_local(local, mesh, {S(0), S(1)}), ValueError);
@@ -305,7 +305,7 @@ TEST_CASE("backward_global: each rank seeds its window; Partial roots take the w
   const auto ext = zero_extents(mesh.size());
   const Shape shape{total(ext), 2};
   const ShardSpec spec(mesh, {S(0)}, shape, {ext});
-  const Tensor g = random_like_shape(shape, 8);
+  const Tensor g = rnd(shape, 8);
 
   ShardTensor x = leaf_shard(iota(shape), spec);
   backward_global(x, g);

@@ -1,0 +1,100 @@
+// Reduction patches against the serial fp64 oracle: sum/mean over sharded dims leave a pending sum (Partial) with
+// no collective, exact for uneven and zero-size shards; amax over sharded dims all-reduces the max and routes the
+// grad to the first maximum in global order (ties included).
+#include <algorithm>
+#include <cmath>
+
+#include "tests/patches/patch_testing.h"
+
+using namespace shardrt;
+using namespace shardrt::test;
+
+namespace {
+
+std::vector<ShardTensor> sums_and_means(const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+  const ShardTensor& x = in[0];
+  return {sum(x, {1}),  sum(x, {0, 2}), sum(x, {}),  sum(x, {1}, true),
+          mean(x, {1}), mean(x, {-1}),  mean(x, {}), mean(x, {0, 1}, true)};
+}
+
+// Integer values in [-3, 3]: every row holds its maximum several times, on several ranks.
+Tensor with_ties(const Shape& shape, uint64_t seed) {
+  Tensor x = rnd(shape, seed);
+  std::vector<double> v = x.to_vector();
+  for (double& e : v) e = std::max(-3.0, std::min(3.0, std::round(1.5 * e)));
+  return from_vector(v, shape, {DType::f64});
+}
+
+}  // namespace
+
+TEST_CASE("patch sum/mean: sharded dims give Partial, renumbered Shard otherwise, no collectives", "[patch]") {
+  const Mesh& line = line_mesh();
+  const ShardTensor x = distribute(rnd({2, 11, 3}, 50), line, on_line(Placement::Shard(1)));
+  CHECK(sum(x, {1}).placements()[0].is_partial());
+  CHECK(sum(x, {1}).global_shape() == Shape{2, 3});
+  CHECK(mean(x, {}).placements()[0].is_partial());
+  CHECK(sum(x, {0}).placements()[0] == Placement::Shard(0));
+  CHECK(sum(x, {0}).spec().extents(0) == x.spec().extents(0));
+  CHECK(mean(x, {0}, true).placements()[0] == Placement::Shard(1));
+  CHECK(amax(x, {1}).placements()[0].is_replicate());
+  CHECK(amax(x, {0, 2}).placements()[0] == Placement::Shard(0));
+
+  for (const ExtentsCase& e : extents_cases(11, line.size())) {
+    ShardedCase c =
+        sharded_case("sum/mean " + e.name, {rnd({2, 11, 3}, 51)}, {on_line(Placement::Shard(1))}, {{e.extents}});
+    check_patch(line, sums_and_means, c, {});
+  }
+  if (has_grid())
+    for (const auto& ext : grid_extents(5, 7)) {
+      ShardedCase c = sharded_case("sum/mean 2x2", {rnd({5, 7, 3}, 52)}, {kGridS0S1}, {ext});
+      check_patch(grid_mesh(), sums_and_means, c, {});
+    }
+}
+
+TEST_CASE("patch amax: all-reduce max forward, first global maximum gets the grad (ties too)", "[patch]") {
+  // Per call with a sharded reduced dim: one all_reduce (max) forward and one (min, f64 indices) backward of the
+  // local output. Outputs: (2, 3), (1, 1, 3), scalar; amax over dim 2 is local.
+  auto fn = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+    const ShardTensor& x = in[0];
+    return std::vector<ShardTensor>{amax(x, {1}), amax(x, {0, 1}, true), amax(x, {}), amax(x, {2})};
+  };
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  const int64_t b = all_reduce_bytes(6 + 3 + 1, 8, p);
+  for (const ExtentsCase& e : extents_cases(11, p)) {
+    const std::vector<std::pair<std::string, Tensor>> data = {{"distinct", rnd({2, 11, 3}, 53)},
+                                                              {"ties", with_ties({2, 11, 3}, 54)}};
+    for (const auto& [name, values] : data) {
+      ShardedCase c =
+          sharded_case("amax " + name + " " + e.name, {values}, {on_line(Placement::Shard(1))}, {{e.extents}});
+      check_patch(line, fn, c,
+                  {{"amax.forward", "all_reduce", "domain", 3, b}, {"amax.backward", "all_reduce", "domain", 3, b}});
+    }
+  }
+  if (has_grid()) {
+    // Over both sharded dims: (1, 1, 3) reduced over dx and dy; over dim 1 only: this rank's (dx extent, 3) over dy.
+    auto fn2 = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+      return std::vector<ShardTensor>{amax(in[0], {0, 1}, true), amax(in[0], {1})};
+    };
+    const Mesh& grid = grid_mesh();
+    for (const auto& ext : grid_extents(5, 7)) {
+      const int64_t my_dx = ext[0][grid.coord("dx")];
+      const int64_t bx = all_reduce_bytes(3, 8, 2), by = all_reduce_bytes(3 + my_dx * 3, 8, 2);
+      ShardedCase c = sharded_case("amax 2x2 ties", {with_ties({5, 7, 3}, 55)}, {kGridS0S1}, {ext});
+      check_patch(grid, fn2, c,
+                  {{"amax.forward", "all_reduce", "dx", 1, bx},
+                   {"amax.forward", "all_reduce", "dy", 2, by},
+                   {"amax.backward", "all_reduce", "dx", 1, bx},
+                   {"amax.backward", "all_reduce", "dy", 2, by}});
+    }
+  }
+}
+
+TEST_CASE("patch reductions: a Partial input is MissingShardPatch", "[patch]") {
+  const Mesh& line = line_mesh();
+  const ShardTensor x = distribute(rnd({2, 11, 3}, 58), line, on_line(Placement::Shard(1)));
+  const ShardTensor partial = sum(x, {1});
+  CHECK_THROWS_AS(amax(partial, {0}), MissingShardPatch);
+  CHECK_THROWS_AS(sum(partial, {0}), MissingShardPatch);
+  CHECK_THROWS_AS(mean(partial, {}), MissingShardPatch);
+}
