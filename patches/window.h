@@ -13,9 +13,7 @@
 #include "patches/shard_spec.h"
 #include "patches/shard_tensor.h"
 
-namespace shardrt {
-
-namespace patch {
+namespace shardrt::patch {
 
 // The halo op: `local` padded along `dim` (sharded by mesh axis `axis`) with widths.left[r] slices before and
 // widths.right[r] after on rank r; interior ranks' slices come from their neighbours (halo_exchange), the global
@@ -92,6 +90,4 @@ ShardTensor run_window(const char* op, const ShardTensor& x, const WindowPlan& p
 // x's placements with `dims`' output extents; unsharded dims take y's extents.
 ShardTensor wrap_output(const ShardTensor& x, const Tensor& y, const std::vector<WindowDim>& dims);
 
-}  // namespace patch
-
-}  // namespace shardrt
+}  // namespace shardrt::patch
