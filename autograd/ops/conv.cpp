@@ -97,7 +97,7 @@ Tensor conv_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor
                     const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                     const std::vector<int64_t>& dilation) {
   plan_conv(ctx, x, w, bias, stride, padding, dilation);
-  if (x.device().is_cuda()) not_on_cuda("conv");
+  cpu_kernel_only("conv", x);
   const ConvGeometry& g = ctx.geometry;
   save_operands(ctx, x, w, bias);
   Tensor b = bias.defined() ? bias.contiguous() : Tensor();
@@ -163,7 +163,7 @@ void plan_conv_transpose(ConvCtx& ctx, const Tensor& x, const Tensor& w, const T
 
 Tensor conv_transpose_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor& bias) {
   plan_conv_transpose(ctx, x, w, bias);
-  if (x.device().is_cuda()) not_on_cuda("conv_transpose");
+  cpu_kernel_only("conv_transpose", x);
   const ConvGeometry& g = ctx.geometry;
   save_operands(ctx, x, w, bias);
   Tensor b = bias.defined() ? bias.contiguous() : Tensor();
