@@ -8,6 +8,7 @@
 #include "autograd/ops/common.h"
 #include "autograd/tape.h"
 #include "kernels/cpu/conv.h"
+#include "runtime/factories.h"
 
 namespace shardrt {
 
@@ -112,15 +113,17 @@ Tensor conv_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor
   return y;
 }
 
-// Undefined where the input wants no grad, so the kernel skips that output.
+// Undefined where the input wants no grad, so the kernel skips that output. The kernels overwrite the input grad
+// and accumulate the parameter grads (kernels/README.md), so those start at zero.
 struct ConvGrads {
   Tensor x, w, bias;
 };
 
 ConvGrads allocate_grads(const ConvCtx& ctx) {
   const Tensor& w = ctx.w;
-  return {ctx.grad_x ? empty_like(ctx.x) : Tensor(), ctx.grad_w ? empty_like(w) : Tensor(),
-          ctx.grad_bias ? Tensor::empty({ctx.geometry.c_out}, w.dtype(), w.device()) : Tensor()};
+  const TensorOptions like_w{w.dtype(), w.device()};
+  return {ctx.grad_x ? empty_like(ctx.x) : Tensor(), ctx.grad_w ? zeros(w.shape(), like_w) : Tensor(),
+          ctx.grad_bias ? zeros({ctx.geometry.c_out}, like_w) : Tensor()};
 }
 
 std::vector<Tensor> conv_backward(ConvCtx& ctx, const std::vector<Tensor>& grad_outputs) {
