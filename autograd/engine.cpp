@@ -6,14 +6,12 @@
 #include <unordered_set>
 
 #include "autograd/function.h"
+#include "autograd/ops/common.h"
 #include "autograd/tape.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cuda/elementwise.h"
 #include "runtime/errors.h"
 #include "runtime/factories.h"
-#ifdef SHARDRT_WITH_CUDA
-#include "kernels/cuda/elementwise.h"
-#include "runtime/cuda/stream.h"
-#endif
 
 namespace shardrt {
 
@@ -66,27 +64,20 @@ void accumulate_into(const Tensor& dst, const Tensor& src) {
   Tensor s = src.dtype() == dst.dtype() ? src.contiguous() : src.to(dst.dtype()).contiguous();
   // Accumulate through a contiguous buffer when dst is a strided view.
   Tensor d = dst.is_contiguous() ? dst : dst.clone();
-  int64_t n = d.numel();
-  if (d.device().is_cpu()) {
-    if (d.dtype() == DType::f64)
-      kernels::cpu::axpy<double>(n, 1.0, s.data<double>(), d.data<double>());
-    else if (d.dtype() == DType::f32)
-      kernels::cpu::axpy<float>(n, 1.0f, s.data<float>(), d.data<float>());
-    else
-      throw DTypeError(detail::concat("accumulate_into: grads of dtype ", dtype_name(d.dtype()),
-                                      " are not supported on cpu (", d.str(), ")"));
-  } else {
-#ifdef SHARDRT_WITH_CUDA
-    cudaStream_t stream = current_stream(d.device().index);
-    if (d.dtype() == DType::f64)
-      kernels::cuda::axpy<double>(n, 1.0, s.data<double>(), d.data<double>(), stream);
-    else if (d.dtype() == DType::f32)
-      kernels::cuda::axpy<float>(n, 1.0f, s.data<float>(), d.data<float>(), stream);
-    else
-      throw DTypeError(detail::concat("accumulate_into: grads of dtype ", dtype_name(d.dtype()),
-                                      " are not supported on cuda (", d.str(), ")"));
-#endif
-  }
+  const int64_t n = d.numel();
+  auto axpy = [&](auto tag) {
+    using T = decltype(tag);
+    ops_detail::on_device(
+        d, [&] { kernels::cpu::axpy<T>(n, T(1), s.data<T>(), d.data<T>()); },
+        [&](CudaStream stream) { kernels::cuda::axpy<T>(n, T(1), s.data<T>(), d.data<T>(), stream); });
+  };
+  if (d.dtype() == DType::f64)
+    axpy(double{});
+  else if (d.dtype() == DType::f32)
+    axpy(float{});
+  else
+    throw DTypeError(detail::concat("accumulate_into: grads of dtype ", dtype_name(d.dtype()), " are not supported on ",
+                                    d.device().is_cpu() ? "cpu" : "cuda", " (", d.str(), ")"));
   if (!d.is_same(dst)) dst.copy_(d);
 }
 

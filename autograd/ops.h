@@ -1,8 +1,9 @@
 // Differentiable local ops. Each is implemented in autograd/ops/<family>.cpp as an explicit forward and
 // backward pair (see function.h) calling kernels/. Every op validates dtypes, devices and shapes and throws a
-// typed error naming the op and the shapes. On CUDA tensors an op runs its CUDA kernel or throws
-// DeviceError("not implemented on cuda: <op>"); nothing is copied to the host behind the caller's back.
-// Float ops accept f32 and f64 (16-bit types: cast first with to_dtype).
+// typed error naming the op and the shapes. Each family comment says where it runs: "(cpu, cuda)" has a kernel on
+// both backends; "(cpu)" throws DeviceError("<op>: no CUDA kernel yet (input <tensor>)") on CUDA tensors. Nothing
+// is copied to the host behind the caller's back. Float ops accept f32 and f64 (16-bit types: cast first with
+// to_dtype).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -12,7 +13,7 @@
 
 namespace shardrt {
 
-// ---- elementwise (ops/binary.cpp, ops/unary.cpp) -----------------------------------------------------------
+// ---- elementwise (ops/binary.cpp, ops/unary.cpp) (cpu, cuda) ----------------------------------------------
 // NumPy broadcasting; grads of broadcast operands are summed back to their shapes.
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
@@ -49,7 +50,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 // dtype cast; the grad is cast back to the input's dtype.
 Tensor to_dtype(const Tensor& x, DType dtype);
 
-// ---- reductions (ops/reduce.cpp, ops/softmax.cpp) ----------------------------------------------------------
+// ---- reductions (ops/reduce.cpp, ops/softmax.cpp) (cpu, cuda) ---------------------------------------------
 // `dims` empty = all dims. Negative dims allowed.
 Tensor sum(const Tensor& x, const std::vector<int>& dims = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, const std::vector<int>& dims = {}, bool keepdim = false);
@@ -60,7 +61,7 @@ Tensor argmax(const Tensor& x, int dim, bool keepdim = false);  // i64, no grad
 Tensor softmax(const Tensor& x, int dim);
 Tensor log_softmax(const Tensor& x, int dim);
 
-// ---- linear algebra (ops/matmul.cpp) ----------------------------------------------------------------------
+// ---- linear algebra (ops/matmul.cpp) (cpu, cuda) ---------------------------------------------------------
 // NumPy matmul semantics for rank >= 1 with broadcast batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
 // (B, M, K) x (B, K, N) -> (B, M, N)
@@ -68,7 +69,7 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 // y = x W^T + b over the last dim of x; W is (out, in); bias (out) may be undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
-// ---- normalisation (ops/norm.cpp) -------------------------------------------------------------------------
+// ---- normalisation (ops/norm.cpp) (layer_norm: cpu, cuda; group_norm: cpu) ------------------------------
 // Normalises over the trailing dims whose sizes are `normalized_shape`; weight/bias have that shape or are undefined.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
@@ -76,7 +77,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                   double eps = 1e-5);
 
-// ---- attention (ops/attention.cpp) ------------------------------------------------------------------------
+// ---- attention (ops/attention.cpp) (cpu) -----------------------------------------------------------------
 struct AttentionOutput {
   Tensor out;  // (..., Nq, Dv)
   Tensor lse;  // (..., Nq): log-sum-exp of the scaled scores of each query row; differentiable
@@ -85,7 +86,7 @@ struct AttentionOutput {
 // block by block (the Nq x Nk matrix is never formed).
 AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
 
-// ---- convolution, pooling, upsampling (ops/conv.cpp, ops/pool.cpp, ops/upsample.cpp) -----------------------
+// ---- convolution, pooling, upsampling (ops/conv.cpp, ops/pool.cpp, ops/upsample.cpp) (cpu) ----------------
 // x (B, Cin, *spatial) with 1-3 spatial dims; w (Cout, Cin, *kernel); bias (Cout) or undefined.
 // stride/padding/dilation have one entry per spatial dim (or one entry used for all).
 Tensor conv(const Tensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride = {1},
@@ -107,6 +108,8 @@ Tensor upsample_nearest(const Tensor& x, const std::vector<int64_t>& out_size);
 Tensor upsample_linear(const Tensor& x, const std::vector<int64_t>& out_size, bool align_corners = false);
 
 // ---- shape and indexing (ops/shape.cpp, ops/index.cpp) ----------------------------------------------------
+// Views, contiguous, cat and split: (cpu, cuda), through the runtime's copies. pad, index_select, gather and
+// scatter_add: (cpu).
 // Differentiable versions of the Tensor view methods (outputs are views where the Tensor method gives one).
 Tensor reshape(const Tensor& x, const Shape& shape);
 Tensor view(const Tensor& x, const Shape& shape);
@@ -130,7 +133,7 @@ Tensor gather(const Tensor& x, int dim, const Tensor& index);
 // out = x with src's rows added at index along dim (the adjoint of gather); differentiable in x and src.
 Tensor scatter_add(const Tensor& x, int dim, const Tensor& index, const Tensor& src);
 
-// ---- losses (ops/loss.cpp) --------------------------------------------------------------------------------
+// ---- losses (ops/loss.cpp) (cpu, cuda: composed of elementwise and reduction ops) ------------------------
 Tensor mse_loss(const Tensor& pred, const Tensor& target);  // mean of squared differences
 // logits (N, C), targets (N) i64 in [0, C); mean over N.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);

@@ -1,52 +1,43 @@
 // Sharded scaled dot-product attention: out = softmax(scale · q kᵀ) v and lse = log Σ_keys exp(scale · q kᵀ).
 //
-// Shapes: q (…, Nq, D), k (…, Nk, D), v (…, Nk, Dv), equal leading dims (BH problems); the sequence dim s = ndim-2
-//   (dim 2 of BHSD). Notation below: P ranks on the mesh axis, r this rank's coordinate, eq/ek the per-rank
-//   extents of q's / k's sequence dim, t the itemsize, KV(n) = BH·n·(D+Dv)·t bytes (K and V travel packed).
+// q (…, Nq, D), k (…, Nk, D), v (…, Nk, Dv), equal leading dims (BH problems); the sequence dim is ndim-2. P ranks on
+// the mesh axis, r this rank, ek the per-rank key extents, t the itemsize, KV(n) = BH·n·(D+Dv)·t (K and V travel
+// packed). k and v are placed identically (extents included), all three on one mesh; out (…, Nq, Dv) and lse (…, Nq)
+// get q's placements and extents, computed locally. Collectives run on the mesh axis under
+// "scaled_dot_product_attention.forward|backward"; bytes are per rank, none at P = 1.
 //
-// Accepted placements (k and v must be placed identically, extents included; all three on one mesh):
-//   q R,  kv R  on any mesh: the local op.
-//   q S(s), kv R  on a 1-D mesh: local op on this rank's query rows.
-//   q R,  kv S(s) on a 1-D mesh: block attention on the local keys, merged by log-sum-exp over the ranks.
-//   q S(s), kv S(s) on a 1-D mesh: ring attention (KvStrategy::ring, default) or all-gather-KV.
-//   Anything else (Partial, sharding any other dim, a Shard on a mesh of more than one axis, k/v placed apart,
-//   different meshes) → MissingShardPatch naming the placements.
-// Output: out (…, Nq, Dv) and lse (…, Nq), both with q's placements and q's sequence extents (the sequence dim of
-//   lse is its last); computed locally, no metadata collective.
-// Forward / backward collectives, all on the mesh axis, under "scaled_dot_product_attention.forward|backward":
-//   q R, kv R:   none / none.
-//   q S, kv R:   none / one all_reduce (sum) of dK and dV packed in >= f32: (numel k + numel v)·max(4,t)·(P-1).
-//   q R, kv S:   two all_reduces: max of the local LSEs, BH·Nq·t·(P-1); sum of [out·exp(lse_r - max), exp(lse_r -
-//                max)] packed, BH·Nq·(Dv+1)·t·(P-1) / one all_reduce (sum) of dq, BH·Nq·D·t·(P-1); dK, dV local.
-//   ring:        P-1 ring_shifts (offset +1) of the packed K/V block, each posted before the current block
-//                computes; bytes Σ_{i=0}^{P-2} KV(ek[r-i]) = KV(Nk - ek[r+1]) /
-//                P-1 ring_shifts of K/V again (the next block in flight while the current block's grads compute)
-//                and P ring_shifts of the travelling dK/dV accumulators, which after P hops are home:
-//                KV(Nk - ek[r+1]) + KV(Nk) bytes. Nothing at P = 1.
-//   all_gather:  one all_gather_v of packed K/V, KV(ek[r])·(P-1) / the same all_gather_v again (K/V are not
-//                kept) and one reduce_scatter_v of packed dK/dV, KV(Nk - ek[r]).
-// Saved for backward per rank: this rank's q, a packed copy of its k and v, out and lse. For q S, kv S that is
-//   O(N/P) for both strategies (all_gather re-gathers K/V in backward rather than keeping the O(N) copy); for
-//   q R, kv S it is 1/P of K/V and the whole q, out, lse (replicated by placement); q S, kv R saves what the local
-//   op saves: this rank's q, out, lse and the replicated k, v themselves (no copy).
+//  q, kv     mesh  forward collectives                   backward collectives                   saved / rank
+//  R, R      any   none                                  none                                   the local op's
+//  S, R      1-D   none                                  all_reduce dK|dV in >= f32:            q_r, out_r, lse_r
+//                                                        (numel k + numel v)·max(4,t)·(P-1)     (k, v not copied)
+//  R, S      1-D   all_reduce max of lse: BH·Nq·t·(P-1)  all_reduce dq: BH·Nq·D·t·(P-1)         q, out, lse, kv_r
+//                  all_reduce [out·w, w]: BH·Nq·(Dv+1)·t·(P-1)
+//  S, S ring 1-D   P-1 ring_shift kv: KV(Nk - ek[r+1])   P-1 ring_shift kv, P ring_shift dK|dV:  q_r, kv_r,
+//                                                        KV(Nk - ek[r+1]) + KV(Nk)              out_r, lse_r
+//  S, S a-g  1-D   all_gather_v kv: KV(ek[r])·(P-1)      all_gather_v kv again, reduce_scatter_v  q_r, kv_r,
+//                                                        dK|dV: KV(ek[r])·(P-1) + KV(Nk - ek[r])  out_r, lse_r
+//  Anything else (Partial, another dim sharded, a Shard on a mesh of more than one axis, k and v placed apart,
+//  different meshes) → MissingShardPatch naming the placements. S, S picks ring (KvStrategy::ring, the default) or
+//  all-gather (a-g); kv_r is this rank's packed K/V copy, so S, S saves O(N/P) with either strategy.
 // Transient per rank: ring, two K/V blocks (current, next) and in backward three dK/dV blocks (being computed,
-//   outgoing, incoming), all of N/P keys; all_gather, the whole K/V (and the whole dK/dV in backward).
-// Numerics: blocks merge in the input dtype (f32 or f64) with a running LSE, each row rescaled once per block; the
-//   backward feeds every block the GLOBAL out and lse, which makes each block's dq/dK/dV exact (the kernel's
-//   probabilities exp(s - lse) are then the global ones). Ring steps compute a block in up to four slices of heads
-//   and poll the transfers in flight between slices, so MPI moves the next block during compute rather than in
-//   wait(). CPU tensors only.
+//   outgoing, incoming), all of N/P keys; all-gather, the whole K/V (and the whole dK/dV in backward).
+// Numerics: blocks merge in the input dtype with a running LSE, each row rescaled once per block; the backward feeds
+//   every block the GLOBAL out and lse, which makes each block's dq/dK/dV exact. Ring steps compute a block in up to
+//   four slices of heads and poll the transfers in flight between slices, so MPI moves the next block during
+//   compute rather than in wait(). The blocks run through autograd/ops/attention_block.h: CPU kernels (on CUDA
+//   tensors, its DeviceError).
 #include "patches/ops.h"
 
 #include <algorithm>
-#include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <numeric>
 
+#include "autograd/engine.h"
 #include "autograd/function.h"
 #include "autograd/ops.h"
+#include "autograd/ops/attention_block.h"
 #include "autograd/ops/common.h"
-#include "kernels/cpu/attention.h"
 #include "patches/dispatch.h"
 #include "patches/patch_util.h"
 #include "runtime/factories.h"
@@ -75,8 +66,12 @@ Dims dims_of(const Tensor& q, const Tensor& v) {
 
 int mod(int a, int p) { return ((a % p) + p) % p; }
 
+int64_t key_count(const std::vector<int64_t>& extents) {
+  return std::accumulate(extents.begin(), extents.end(), int64_t{0});
+}
+
 // K and V of one block packed back to back in one flat buffer: K (BH, n, D) then V (BH, n, Dv).
-int64_t kv_numel(const Dims& g, int64_t n) { return g.bh * n * (g.d + g.dv); }
+int64_t kv_numel(const Dims& g, int64_t n) { return ops_detail::packed_kv_numel(g.bh, n, g.d, g.dv); }
 
 Tensor pack_kv(const Tensor& k, const Tensor& v, const Dims& g) {
   const int64_t n = k.size(-2);
@@ -86,26 +81,31 @@ Tensor pack_kv(const Tensor& k, const Tensor& v, const Dims& g) {
   return buf;
 }
 
-// ---- block kernels and the LSE merge ---------------------------------------------------------------------------
-
-// Heads [b0, b0 + nb) of one block: q, out, lse are this rank's (BH, Nq, ·) tensors; kv is a packed block of nk keys.
-template <typename T>
-void block_forward(const Dims& g, int64_t b0, int64_t nb, int64_t nk, double scale, const Tensor& q, const T* kv,
-                   T* out, T* lse) {
-  kernels::cpu::attention_forward<T>(nb, g.nq, nk, g.d, g.dv, T(scale), q.data<T>() + b0 * g.nq * g.d,
-                                     kv + b0 * nk * g.d, kv + g.bh * nk * g.d + b0 * nk * g.dv, out + b0 * g.nq * g.dv,
-                                     lse + b0 * g.nq);
-}
-
-// Grads of heads [b0, b0 + nb) of one K/V block (gkv packed like the block) against the GLOBAL out and lse.
-template <typename T>
-void block_backward(const Dims& g, int64_t b0, int64_t nb, int64_t nk, double scale, const Tensor& q, const T* kv,
-                    const Tensor& out, const Tensor& lse, const Tensor& grad_out, const Tensor& grad_lse, T* gq,
-                    T* gkv) {
-  const int64_t qo = b0 * g.nq * g.d, oo = b0 * g.nq * g.dv, ko = b0 * nk * g.d, vo = g.bh * nk * g.d + b0 * nk * g.dv;
-  kernels::cpu::attention_backward<T>(nb, g.nq, nk, g.d, g.dv, T(scale), q.data<T>() + qo, kv + ko, kv + vo,
-                                      out.data<T>() + oo, lse.data<T>() + b0 * g.nq, grad_out.data<T>() + oo,
-                                      grad_lse.data<T>() + b0 * g.nq, gq + qo, gkv + ko, gkv + vo);
+// Between the two layouts of K/V over all Nk keys: whole, one packed block (K of every key, then V), and by owner,
+// each rank's packed block in rank order (what all_gather_v and reduce_scatter_v move). by_owner: whole -> owners.
+Tensor regroup_kv(const Tensor& packed, const Dims& g, const std::vector<int64_t>& ek, bool by_owner) {
+  const int64_t nk = key_count(ek);
+  Tensor regrouped = Tensor::empty({kv_numel(g, nk)}, packed.dtype(), packed.device());
+  const Tensor& whole = by_owner ? packed : regrouped;
+  const Tensor& owners = by_owner ? regrouped : packed;
+  const Tensor kw = whole.narrow(0, 0, g.bh * nk * g.d).view({g.bh, nk, g.d});
+  const Tensor vw = whole.narrow(0, g.bh * nk * g.d, g.bh * nk * g.dv).view({g.bh, nk, g.dv});
+  int64_t seg = 0, row = 0;
+  for (int64_t n : ek) {
+    const int64_t kn = g.bh * n * g.d, vn = g.bh * n * g.dv;
+    const Tensor ko = owners.narrow(0, seg, kn).view({g.bh, n, g.d});
+    const Tensor vo = owners.narrow(0, seg + kn, vn).view({g.bh, n, g.dv});
+    if (by_owner) {
+      ko.copy_(kw.narrow(1, row, n));
+      vo.copy_(vw.narrow(1, row, n));
+    } else {
+      kw.narrow(1, row, n).copy_(ko);
+      vw.narrow(1, row, n).copy_(vo);
+    }
+    seg += kn + vn;
+    row += n;
+  }
+  return regrouped;
 }
 
 // Runs fn(b0, nb) over the BH heads in up to four slices and lets the transfers in flight advance in between: an
@@ -122,32 +122,11 @@ void in_slices(int64_t bh, std::initializer_list<CommHandle*> inflight, F&& fn) 
   }
 }
 
-// Folds one block's normalised output o_b and LSE l_b into the running (acc, m): per row,
-// m' = logaddexp(m, l_b), acc' = acc·exp(m - m') + o_b·exp(l_b - m'). A block with no keys (l_b = -inf) is skipped.
-template <typename T>
-void merge_block(int64_t rows, int64_t dv, T* acc, T* m, const T* o_b, const T* l_b) {
-  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
-  for (int64_t i = 0; i < rows; ++i) {
-    const T lb = l_b[i], mo = m[i];
-    T* a = acc + i * dv;
-    const T* o = o_b + i * dv;
-    if (lb == neg_inf) continue;
-    if (mo == neg_inf) {
-      std::copy(o, o + dv, a);
-      m[i] = lb;
-      continue;
-    }
-    const T hi = std::max(mo, lb);
-    const T merged = hi + std::log1p(std::exp(-std::abs(mo - lb)));
-    const T wa = std::exp(mo - merged), wb = std::exp(lb - merged);
-    for (int64_t c = 0; c < dv; ++c) a[c] = wa * a[c] + wb * o[c];
-    m[i] = merged;
-  }
-}
-
-template <typename T>
-void add_into(T* dst, const T* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+// Copies the packed dK/dV of heads [b0, b0 + nb) of a block of nk keys into the packed block of all heads.
+void place_heads(const Tensor& gkv, const Tensor& heads_gkv, const Dims& g, int64_t b0, int64_t nb, int64_t nk) {
+  const int64_t kn = nb * nk * g.d, vn = nb * nk * g.dv;
+  gkv.narrow(0, b0 * nk * g.d, kn).copy_(heads_gkv.narrow(0, 0, kn));
+  gkv.narrow(0, g.bh * nk * g.d + b0 * nk * g.dv, vn).copy_(heads_gkv.narrow(0, kn, vn));
 }
 
 Tensor neg_inf_like(const Shape& shape, const Tensor& like) {
@@ -204,10 +183,8 @@ std::vector<Tensor> ring_forward(ShardedKvCtx& c) {
   Communicator& comm = patch::axis_comm(c.mesh, 0);
   const int p = comm.size(), r = comm.rank();
   const Dims& g = c.g;
-  Tensor acc = zeros(out_shape(c), {c.q.dtype(), c.q.device()});
-  Tensor m = neg_inf_like(lse_shape(c), c.q);
-  Tensor o_b = Tensor::empty(out_shape(c), c.q.dtype(), c.q.device());
-  Tensor l_b = Tensor::empty(lse_shape(c), c.q.dtype(), c.q.device());
+  Tensor acc = zeros({g.bh, g.nq, g.dv}, {c.q.dtype(), c.q.device()});
+  Tensor m = neg_inf_like({g.bh, g.nq}, c.q);
   auto scope = comm.ledger().scope(kForward);
   Tensor cur = c.kv;
   for (int s = 0; s < p; ++s) {
@@ -219,21 +196,16 @@ std::vector<Tensor> ring_forward(ShardedKvCtx& c) {
       inflight = comm.ring_shift_async(cur, next);
     }
     const int64_t nk = c.ek[mod(r - s, p)];
-    ops_detail::dispatch_float(kOp, c.q, [&](auto tag) {
-      using T = decltype(tag);
-      in_slices(g.bh, {&inflight}, [&](int64_t b0, int64_t nb) {
-        block_forward<T>(g, b0, nb, nk, c.scale, c.q, cur.data<T>(), o_b.data<T>(), l_b.data<T>());
-        const int64_t r0 = b0 * g.nq;
-        merge_block<T>(nb * g.nq, g.dv, acc.data<T>() + r0 * g.dv, m.data<T>() + r0, o_b.data<T>() + r0 * g.dv,
-                       l_b.data<T>() + r0);
-      });
+    in_slices(g.bh, {&inflight}, [&](int64_t b0, int64_t nb) {
+      const ops_detail::AttentionBlock blk = ops_detail::attention_block(kOp, c.q, cur, nk, g.dv, c.scale, {b0, nb});
+      ops_detail::merge_attention_block(kOp, acc.narrow(0, b0, nb), m.narrow(0, b0, nb), blk);
     });
     if (inflight.pending()) inflight.wait();
     cur = next;
   }
-  c.out = acc;
-  c.lse = m;
-  return {acc, m};
+  c.out = acc.view(out_shape(c));
+  c.lse = m.view(lse_shape(c));
+  return {c.out, c.lse};
 }
 
 std::vector<Tensor> ring_backward(ShardedKvCtx& c, const std::vector<Tensor>& grads) {
@@ -242,7 +214,6 @@ std::vector<Tensor> ring_backward(ShardedKvCtx& c, const std::vector<Tensor>& gr
   const Dims& g = c.g;
   const Tensor grad_out = grads[0].contiguous(), grad_lse = grads[1].contiguous();
   Tensor gq = zeros({c.q.numel()}, {c.q.dtype(), c.q.device()});
-  Tensor gq_b = Tensor::empty({c.q.numel()}, c.q.dtype(), c.q.device());
   auto scope = comm.ledger().scope(kBackward);
   Tensor cur = c.kv;
   Tensor g_sent, g_recv;  // the dK/dV accumulator last sent, and the one arriving for the next block
@@ -256,19 +227,17 @@ std::vector<Tensor> ring_backward(ShardedKvCtx& c, const std::vector<Tensor>& gr
     }
     const int64_t nk = c.ek[mod(r - s, p)];
     Tensor g_blk = Tensor::empty({kv_numel(g, nk)}, cur.dtype(), cur.device());
-    ops_detail::dispatch_float(kOp, c.q, [&](auto tag) {
-      using T = decltype(tag);
-      in_slices(g.bh, {&kv_inflight, &g_inflight}, [&](int64_t b0, int64_t nb) {
-        block_backward<T>(g, b0, nb, nk, c.scale, c.q, cur.data<T>(), c.out, c.lse, grad_out, grad_lse,
-                          gq_b.data<T>(), g_blk.data<T>());
-      });
-      add_into<T>(gq.data<T>(), gq_b.data<T>(), gq.numel());
-      if (s > 0) {
-        // The accumulator of this block, carrying the grads of the ranks it visited before.
-        g_inflight.wait();
-        add_into<T>(g_blk.data<T>(), g_recv.data<T>(), g_blk.numel());
-      }
+    in_slices(g.bh, {&kv_inflight, &g_inflight}, [&](int64_t b0, int64_t nb) {
+      const ops_detail::AttentionBlockGrads bg = ops_detail::attention_block_backward(
+          kOp, c.q, cur, nk, c.scale, c.out, c.lse, grad_out, grad_lse, {b0, nb});
+      accumulate_into(gq.narrow(0, b0 * g.nq * g.d, nb * g.nq * g.d), bg.q.view({-1}));
+      place_heads(g_blk, bg.kv, g, b0, nb, nk);
     });
+    if (s > 0) {
+      // The accumulator of this block, carrying the grads of the ranks it visited before.
+      g_inflight.wait();
+      accumulate_into(g_blk, g_recv);
+    }
     if (p > 1) {
       g_sent = g_blk;
       g_recv = Tensor::empty({kv_numel(g, c.ek[mod(r - s - 1, p)])}, cur.dtype(), cur.device());
@@ -295,38 +264,20 @@ std::vector<int64_t> kv_counts(const ShardedKvCtx& c) {
 // Every rank's packed K/V gathered and laid out as one packed block over all Nk keys.
 Tensor gather_kv(const ShardedKvCtx& c, const char* label) {
   Communicator& comm = patch::axis_comm(c.mesh, 0);
-  const std::vector<int64_t> counts = kv_counts(c);
-  int64_t nk = 0;
-  for (int64_t n : c.ek) nk += n;
-  Tensor gathered = Tensor::empty({kv_numel(c.g, nk)}, c.kv.dtype(), c.kv.device());
+  Tensor gathered = Tensor::empty({kv_numel(c.g, key_count(c.ek))}, c.kv.dtype(), c.kv.device());
   {
     auto scope = comm.ledger().scope(label);
-    comm.all_gather_v(c.kv, gathered, counts);
+    comm.all_gather_v(c.kv, gathered, kv_counts(c));
   }
-  Tensor full_kv = Tensor::empty({kv_numel(c.g, nk)}, c.kv.dtype(), c.kv.device());
-  const Tensor kf = full_kv.narrow(0, 0, c.g.bh * nk * c.g.d).view({c.g.bh, nk, c.g.d});
-  const Tensor vf = full_kv.narrow(0, c.g.bh * nk * c.g.d, c.g.bh * nk * c.g.dv).view({c.g.bh, nk, c.g.dv});
-  int64_t seg = 0, row = 0;
-  for (int64_t n : c.ek) {
-    const int64_t kn = c.g.bh * n * c.g.d, vn = c.g.bh * n * c.g.dv;
-    kf.narrow(1, row, n).copy_(gathered.narrow(0, seg, kn).view({c.g.bh, n, c.g.d}));
-    vf.narrow(1, row, n).copy_(gathered.narrow(0, seg + kn, vn).view({c.g.bh, n, c.g.dv}));
-    seg += kn + vn;
-    row += n;
-  }
-  return full_kv;
+  return regroup_kv(gathered, c.g, c.ek, /*by_owner=*/false);
 }
 
 std::vector<Tensor> all_gather_forward(ShardedKvCtx& c) {
   const Tensor full_kv = gather_kv(c, kForward);
-  int64_t nk = 0;
-  for (int64_t n : c.ek) nk += n;
-  c.out = Tensor::empty(out_shape(c), c.q.dtype(), c.q.device());
-  c.lse = Tensor::empty(lse_shape(c), c.q.dtype(), c.q.device());
-  ops_detail::dispatch_float(kOp, c.q, [&](auto tag) {
-    using T = decltype(tag);
-    block_forward<T>(c.g, 0, c.g.bh, nk, c.scale, c.q, full_kv.data<T>(), c.out.data<T>(), c.lse.data<T>());
-  });
+  const ops_detail::AttentionBlock blk =
+      ops_detail::attention_block(kOp, c.q, full_kv, key_count(c.ek), c.g.dv, c.scale);
+  c.out = blk.out.view(out_shape(c));
+  c.lse = blk.lse.view(lse_shape(c));
   return {c.out, c.lse};
 }
 
@@ -334,33 +285,16 @@ std::vector<Tensor> all_gather_backward(ShardedKvCtx& c, const std::vector<Tenso
   Communicator& comm = patch::axis_comm(c.mesh, 0);
   const Tensor grad_out = grads[0].contiguous(), grad_lse = grads[1].contiguous();
   const Tensor full_kv = gather_kv(c, kBackward);
-  int64_t nk = 0;
-  for (int64_t n : c.ek) nk += n;
-  Tensor gq = Tensor::empty({c.q.numel()}, c.q.dtype(), c.q.device());
-  Tensor gkv = Tensor::empty({kv_numel(c.g, nk)}, c.q.dtype(), c.q.device());
-  ops_detail::dispatch_float(kOp, c.q, [&](auto tag) {
-    using T = decltype(tag);
-    block_backward<T>(c.g, 0, c.g.bh, nk, c.scale, c.q, full_kv.data<T>(), c.out, c.lse, grad_out, grad_lse,
-                      gq.data<T>(), gkv.data<T>());
-  });
-  // Re-pack per owner (rank j's dK rows then its dV rows), then each owner gets the sum over every rank's queries.
-  const Tensor gk = gkv.narrow(0, 0, c.g.bh * nk * c.g.d).view({c.g.bh, nk, c.g.d});
-  const Tensor gv = gkv.narrow(0, c.g.bh * nk * c.g.d, c.g.bh * nk * c.g.dv).view({c.g.bh, nk, c.g.dv});
-  Tensor packed = Tensor::empty({gkv.numel()}, gkv.dtype(), gkv.device());
-  int64_t seg = 0, row = 0;
-  for (int64_t n : c.ek) {
-    const int64_t kn = c.g.bh * n * c.g.d, vn = c.g.bh * n * c.g.dv;
-    packed.narrow(0, seg, kn).view({c.g.bh, n, c.g.d}).copy_(gk.narrow(1, row, n));
-    packed.narrow(0, seg + kn, vn).view({c.g.bh, n, c.g.dv}).copy_(gv.narrow(1, row, n));
-    seg += kn + vn;
-    row += n;
-  }
-  Tensor mine = Tensor::empty({c.kv.numel()}, gkv.dtype(), gkv.device());
+  const ops_detail::AttentionBlockGrads bg = ops_detail::attention_block_backward(
+      kOp, c.q, full_kv, key_count(c.ek), c.scale, c.out, c.lse, grad_out, grad_lse);
+  // Re-pack per owner, then each owner gets the sum over every rank's queries.
+  const Tensor packed = regroup_kv(bg.kv, c.g, c.ek, /*by_owner=*/true);
+  Tensor mine = Tensor::empty({c.kv.numel()}, packed.dtype(), packed.device());
   {
     auto scope = comm.ledger().scope(kBackward);
     comm.reduce_scatter_v(packed, mine, kv_counts(c));
   }
-  return unpack_grads(c, gq, mine);
+  return unpack_grads(c, bg.q.view({-1}), mine);
 }
 
 // ---- replicated q, sharded K/V: fold the ranks' block results by their LSEs ------------------------------------
@@ -369,56 +303,39 @@ std::vector<Tensor> fold_forward(ShardedKvCtx& c) {
   Communicator& comm = patch::axis_comm(c.mesh, 0);
   const Dims& g = c.g;
   const int64_t rows = g.bh * g.nq;
-  const int64_t nk = c.ek[comm.rank()];
-  Tensor o_b = Tensor::empty(out_shape(c), c.q.dtype(), c.q.device());
-  Tensor l_b = Tensor::empty(lse_shape(c), c.q.dtype(), c.q.device());
-  Tensor hi = Tensor::empty(lse_shape(c), c.q.dtype(), c.q.device());
-  // [out·w (rows·Dv), w (rows)] with w = exp(lse_b - max over ranks): one sum gives numerator and denominator.
-  Tensor packed = Tensor::empty({rows * (g.dv + 1)}, c.q.dtype(), c.q.device());
-  c.out = Tensor::empty(out_shape(c), c.q.dtype(), c.q.device());
-  c.lse = Tensor::empty(lse_shape(c), c.q.dtype(), c.q.device());
+  const ops_detail::AttentionBlock blk = ops_detail::attention_block(kOp, c.q, c.kv, c.ek[comm.rank()], g.dv, c.scale);
+  const Tensor neg_inf = ops_detail::scalar_like(c.q, -std::numeric_limits<double>::infinity());
+  const Tensor zero = ops_detail::scalar_like(c.q, 0.0);
   auto scope = comm.ledger().scope(kForward);
-  ops_detail::dispatch_float(kOp, c.q, [&](auto tag) {
-    using T = decltype(tag);
-    constexpr T neg_inf = -std::numeric_limits<T>::infinity();
-    block_forward<T>(g, 0, g.bh, nk, c.scale, c.q, c.kv.data<T>(), o_b.data<T>(), l_b.data<T>());
-    std::copy(l_b.data<T>(), l_b.data<T>() + rows, hi.data<T>());
-    comm.all_reduce(hi, ReduceOp::max);
-    T* pk = packed.data<T>();
-    const T *lb = l_b.data<T>(), *h = hi.data<T>(), *ob = o_b.data<T>();
-    for (int64_t i = 0; i < rows; ++i) {
-      const T w = (lb[i] == neg_inf) ? T(0) : std::exp(lb[i] - h[i]);
-      pk[rows * g.dv + i] = w;
-      for (int64_t j = 0; j < g.dv; ++j) pk[i * g.dv + j] = w * ob[i * g.dv + j];
-    }
-    comm.all_reduce(packed, ReduceOp::sum);
-    T *out = c.out.data<T>(), *lse = c.lse.data<T>();
-    for (int64_t i = 0; i < rows; ++i) {
-      const T sum_w = pk[rows * g.dv + i];
-      lse[i] = sum_w > T(0) ? h[i] + std::log(sum_w) : neg_inf;
-      for (int64_t j = 0; j < g.dv; ++j) out[i * g.dv + j] = sum_w > T(0) ? pk[i * g.dv + j] / sum_w : T(0);
-    }
-  });
+  Tensor hi = blk.lse.clone();
+  comm.all_reduce(hi, ReduceOp::max);
+  // [out·w (rows·Dv), w (rows)] with w = exp(lse_b - max over ranks): one sum gives numerator and denominator. A rank
+  // with no keys for a row (lse_b = -inf) weighs 0, also where every rank has none (max -inf).
+  const Tensor w = where(eq(blk.lse, neg_inf), zero, exp(sub(blk.lse, hi)));
+  Tensor packed = Tensor::empty({rows * (g.dv + 1)}, c.q.dtype(), c.q.device());
+  packed.narrow(0, 0, rows * g.dv).view({g.bh, g.nq, g.dv}).copy_(mul(w.unsqueeze(-1), blk.out));
+  packed.narrow(0, rows * g.dv, rows).view({g.bh, g.nq}).copy_(w);
+  comm.all_reduce(packed, ReduceOp::sum);
+  const Tensor weighted = packed.narrow(0, 0, rows * g.dv).view({g.bh, g.nq, g.dv});
+  const Tensor sum_w = packed.narrow(0, rows * g.dv, rows).view({g.bh, g.nq});
+  const Tensor any_keys = gt(sum_w, zero);
+  c.lse = where(any_keys, add(hi, log(sum_w)), neg_inf).view(lse_shape(c));
+  c.out = where(any_keys.unsqueeze(-1), div(weighted, sum_w.unsqueeze(-1)), zero).view(out_shape(c));
   return {c.out, c.lse};
 }
 
 std::vector<Tensor> fold_backward(ShardedKvCtx& c, const std::vector<Tensor>& grads) {
   Communicator& comm = patch::axis_comm(c.mesh, 0);
   const Tensor grad_out = grads[0].contiguous(), grad_lse = grads[1].contiguous();
-  const int64_t nk = c.ek[comm.rank()];
-  Tensor gq = Tensor::empty({c.q.numel()}, c.q.dtype(), c.q.device());
-  Tensor gkv = Tensor::empty({c.kv.numel()}, c.q.dtype(), c.q.device());
-  ops_detail::dispatch_float(kOp, c.q, [&](auto tag) {
-    using T = decltype(tag);
-    block_backward<T>(c.g, 0, c.g.bh, nk, c.scale, c.q, c.kv.data<T>(), c.out, c.lse, grad_out, grad_lse,
-                      gq.data<T>(), gkv.data<T>());
-  });
+  const ops_detail::AttentionBlockGrads bg = ops_detail::attention_block_backward(
+      kOp, c.q, c.kv, c.ek[comm.rank()], c.scale, c.out, c.lse, grad_out, grad_lse);
+  Tensor gq = bg.q.view({-1});
   // This rank's keys contribute part of every query's grad; dK/dV of its own keys are complete.
   {
     auto scope = comm.ledger().scope(kBackward);
     comm.all_reduce(gq, ReduceOp::sum);
   }
-  return unpack_grads(c, gq, gkv);
+  return unpack_grads(c, gq, bg.kv);
 }
 
 // ---- patches -------------------------------------------------------------------------------------------------
@@ -470,8 +387,6 @@ using SkBackward = std::vector<Tensor> (*)(ShardedKvCtx&, const std::vector<Tens
 
 AttentionShardOutput run_sharded_kv(const char* node, SkForward fwd, SkBackward bwd, const ShardTensor& q,
                                     const ShardTensor& k, const ShardTensor& v, double scale) {
-  SHARDRT_CHECK(!q.local().device().is_cuda(), DeviceError, kOp, ": sharded K/V patches run on CPU tensors only, got ",
-                q.str());
   ShardedKvCtx ctx = make_ctx(q, k, v, scale);
   const std::vector<Tensor> outs = fwd(ctx);
   // Every rank records the node: its backward has collectives even where this rank's inputs need no grad.

@@ -3,10 +3,8 @@
 #include <cstdlib>
 #include <new>
 
-#include "runtime/errors.h"
-#ifdef SHARDRT_WITH_CUDA
 #include "runtime/cuda_allocator.h"
-#endif
+#include "runtime/errors.h"
 
 namespace shardrt {
 
@@ -44,11 +42,7 @@ Allocator& cpu_allocator() {
 
 Allocator& allocator_for(Device d) {
   if (d.is_cpu()) return cpu_allocator();
-#ifdef SHARDRT_WITH_CUDA
   return cuda_caching_allocator(d.index);
-#else
-  throw DeviceError(detail::concat("allocator_for: ", d.str(), " requested but ShardRT was built without CUDA"));
-#endif
 }
 
 MemoryStats memory_stats(Device d) { return allocator_for(d).stats(); }

@@ -1,35 +1,25 @@
 #include "runtime/copy.h"
 
 #include "runtime/copy_cpu.h"
-#include "runtime/errors.h"
-#ifdef SHARDRT_WITH_CUDA
-#include <cuda_runtime_api.h>
-
 #include "runtime/cuda/copy_cuda.h"
-#include "runtime/cuda/stream.h"
-#endif
+#include "runtime/errors.h"
 
 namespace shardrt {
 
 namespace {
 
-#ifdef SHARDRT_WITH_CUDA
 // Host <-> device: convert and compact on the source side's device, then one contiguous memcpy, then a
 // strided scatter on the destination side if its layout needs one. Device-to-host waits for the stream,
 // so the host sees the data when this returns.
 void copy_across(const Tensor& dst, const Tensor& src) {
   Tensor staged_src = src.contiguous().to(dst.dtype());  // on src's device, dst's dtype
   Tensor staged_dst = dst.is_contiguous() ? dst : Tensor::empty(dst.shape(), dst.dtype(), dst.device());
-  int dev = dst.device().is_cuda() ? dst.device().index : src.device().index;
-  cudaStream_t stream = current_stream(dev);
-  if (staged_dst.nbytes() > 0) {
-    auto kind = dst.device().is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
-    SHARDRT_CUDA_CHECK(cudaMemcpyAsync(staged_dst.raw_data(), staged_src.raw_data(), staged_dst.nbytes(), kind, stream));
-    SHARDRT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
+  const bool to_device = dst.device().is_cuda();
+  const int dev = to_device ? dst.device().index : src.device().index;
+  if (staged_dst.nbytes() > 0)
+    copy_bytes_host_device(dev, staged_dst.raw_data(), staged_src.raw_data(), staged_dst.nbytes(), to_device);
   if (!staged_dst.is_same(dst)) copy_elements(dst, staged_dst);
 }
-#endif
 
 }  // namespace
 
@@ -45,13 +35,11 @@ void copy_elements(const Tensor& dst, const Tensor& src) {
                      src.dtype(), src.strides().data());
     return;
   }
-#ifdef SHARDRT_WITH_CUDA
   if (dd.is_cuda() && sd.is_cuda()) {
     if (dd.index != sd.index) {  // peer copy through a contiguous staging buffer on the destination
       Tensor compact = src.contiguous();
       Tensor staged = Tensor::empty(src.shape(), src.dtype(), dd);
-      SHARDRT_CUDA_CHECK(cudaMemcpyPeerAsync(staged.raw_data(), dd.index, compact.raw_data(), sd.index,
-                                             compact.nbytes(), current_stream(dd.index)));
+      copy_bytes_peer(dd.index, staged.raw_data(), sd.index, compact.raw_data(), compact.nbytes());
       copy_elements(dst, staged);
       return;
     }
@@ -61,9 +49,6 @@ void copy_elements(const Tensor& dst, const Tensor& src) {
     return;
   }
   copy_across(dst, src);
-#else
-  throw DeviceError(detail::concat("copy: ", src.str(), " -> ", dst.str(), " needs CUDA, but ShardRT was built without it"));
-#endif
 }
 
 void Tensor::fill_(double value) const {
@@ -75,9 +60,7 @@ void Tensor::fill_(double value) const {
     return;
   }
   if (device().is_cpu()) return fill_cpu(raw_data(), dtype(), numel(), value);
-#ifdef SHARDRT_WITH_CUDA
   fill_cuda(device().index, raw_data(), dtype(), numel(), value);
-#endif
 }
 
 }  // namespace shardrt

@@ -9,5 +9,8 @@ int cuda_device_count() { return 0; }
 void cuda_synchronize(int device) {
   throw DeviceError(detail::concat("cuda_synchronize: cuda:", device, " requested but ShardRT was built without CUDA"));
 }
+CudaStream current_stream(int device) {
+  throw DeviceError(detail::concat("current_stream: cuda:", device, " requested but ShardRT was built without CUDA"));
+}
 
 }  // namespace shardrt

@@ -2,11 +2,9 @@
 
 #include <cmath>
 
+#include "runtime/cuda/random_cuda.h"
 #include "runtime/errors.h"
 #include "runtime/random_fill.h"
-#ifdef SHARDRT_WITH_CUDA
-#include "runtime/cuda/random_cuda.h"
-#endif
 
 namespace shardrt {
 
@@ -63,11 +61,7 @@ Tensor random_tensor(const Shape& shape, TensorOptions opt, Generator* gen, phil
         p[i] = philox::sample_f32(dist, seed, offset, static_cast<uint64_t>(i), static_cast<float>(a), static_cast<float>(b));
     }
   } else {
-#ifdef SHARDRT_WITH_CUDA
     philox_fill_cuda(opt.device.index, t.raw_data(), draw, n, dist, seed, offset, a, b);
-#else
-    throw DeviceError(detail::concat(op, ": ", opt.device.str(), " requested but ShardRT was built without CUDA"));
-#endif
   }
   return t.to(opt.dtype);
 }

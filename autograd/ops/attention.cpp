@@ -42,7 +42,7 @@ std::vector<Tensor> attention_forward(AttentionCtx& ctx, const Tensor& q, const 
   check_float(op, v, "v");
   check_compatible(op, {&q, &k, &v});
   check_attention_shapes(op, q, k, v);
-  if (q.device().is_cuda()) not_on_cuda(op);
+  cpu_kernel_only(op, q, "q");
 
   const Shape lead = leading_dims(q);
   ctx.bh = shape_numel(lead);

@@ -8,16 +8,13 @@
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
 #include "kernels/cpu/elementwise.h"
-#ifdef SHARDRT_WITH_CUDA
 #include "kernels/cuda/elementwise.h"
-#include "runtime/cuda/stream.h"
-#endif
 
 namespace shardrt {
 
 using namespace ops_detail;
-using kernels::cpu::BinaryOp;
-using kernels::cpu::CompareOp;
+using kernels::BinaryOp;
+using kernels::CompareOp;
 
 namespace {
 
@@ -60,36 +57,6 @@ StridedLayout<Arity> strided_layout(const char* name, const Shape& out,
   return l;
 }
 
-#ifdef SHARDRT_WITH_CUDA
-// The CUDA kernels declare their own op enums; map by name so neither side depends on the other's order.
-kernels::cuda::BinaryOp cuda_op(BinaryOp op) {
-  using C = kernels::cuda::BinaryOp;
-  switch (op) {
-    case BinaryOp::add: return C::add;
-    case BinaryOp::sub: return C::sub;
-    case BinaryOp::mul: return C::mul;
-    case BinaryOp::div: return C::div;
-    case BinaryOp::pow: return C::pow;
-    case BinaryOp::maximum: return C::maximum;
-    case BinaryOp::minimum: return C::minimum;
-  }
-  return C::add;
-}
-
-kernels::cuda::CompareOp cuda_op(CompareOp op) {
-  using C = kernels::cuda::CompareOp;
-  switch (op) {
-    case CompareOp::eq: return C::eq;
-    case CompareOp::ne: return C::ne;
-    case CompareOp::lt: return C::lt;
-    case CompareOp::le: return C::le;
-    case CompareOp::gt: return C::gt;
-    case CompareOp::ge: return C::ge;
-  }
-  return C::eq;
-}
-#endif
-
 // ---- launchers: one place per kernel that picks the device ------------------------------------------------
 
 // out = a op b, with a and b read through their broadcast views of out's shape.
@@ -97,17 +64,13 @@ void launch_binary(const char* name, BinaryOp op, const Tensor& a, const Tensor&
   const StridedLayout<2> l = strided_layout<2>(name, out.shape(), {&a, &b});
   dispatch_float(name, out, [&](auto tag) {
     using T = decltype(tag);
-    if (out.device().is_cpu()) {
-      kernels::cpu::binary<T>(op, l.ndim(), l.shape.data(), a.data<T>(), l.strides[0].data(), b.data<T>(),
-                              l.strides[1].data(), out.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::binary<T>(cuda_op(op), l.ndim(), l.shape.data(), a.data<T>(), l.strides[0].data(), b.data<T>(),
-                               l.strides[1].data(), out.data<T>(), current_stream(out.device().index));
-#else
-      not_on_cuda(name);
-#endif
-    }
+    const int64_t *shape = l.shape.data(), *as = l.strides[0].data(), *bs = l.strides[1].data();
+    on_device(
+        out,
+        [&] { kernels::cpu::binary<T>(op, l.ndim(), shape, a.data<T>(), as, b.data<T>(), bs, out.data<T>()); },
+        [&](CudaStream s) {
+          kernels::cuda::binary<T>(op, l.ndim(), shape, a.data<T>(), as, b.data<T>(), bs, out.data<T>(), s);
+        });
   });
 }
 
@@ -116,17 +79,12 @@ void launch_compare(const char* name, CompareOp op, const Tensor& a, const Tenso
   auto* result = static_cast<uint8_t*>(out.raw_data());
   dispatch_float(name, a, [&](auto tag) {
     using T = decltype(tag);
-    if (out.device().is_cpu()) {
-      kernels::cpu::compare<T>(op, l.ndim(), l.shape.data(), a.data<T>(), l.strides[0].data(), b.data<T>(),
-                               l.strides[1].data(), result);
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::compare<T>(cuda_op(op), l.ndim(), l.shape.data(), a.data<T>(), l.strides[0].data(), b.data<T>(),
-                                l.strides[1].data(), result, current_stream(out.device().index));
-#else
-      not_on_cuda(name);
-#endif
-    }
+    const int64_t *shape = l.shape.data(), *as = l.strides[0].data(), *bs = l.strides[1].data();
+    on_device(
+        out, [&] { kernels::cpu::compare<T>(op, l.ndim(), shape, a.data<T>(), as, b.data<T>(), bs, result); },
+        [&](CudaStream s) {
+          kernels::cuda::compare<T>(op, l.ndim(), shape, a.data<T>(), as, b.data<T>(), bs, result, s);
+        });
   });
 }
 
@@ -134,16 +92,9 @@ void launch_compare(const char* name, CompareOp op, const Tensor& a, const Tenso
 void launch_affine(const char* name, const Tensor& x, double scale, double shift, const Tensor& y) {
   dispatch_float(name, x, [&](auto tag) {
     using T = decltype(tag);
-    if (x.device().is_cpu()) {
-      kernels::cpu::affine<T>(x.numel(), x.data<T>(), T(scale), T(shift), y.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::affine<T>(x.numel(), x.data<T>(), T(scale), T(shift), y.data<T>(),
-                               current_stream(x.device().index));
-#else
-      not_on_cuda(name);
-#endif
-    }
+    on_device(
+        x, [&] { kernels::cpu::affine<T>(x.numel(), x.data<T>(), T(scale), T(shift), y.data<T>()); },
+        [&](CudaStream s) { kernels::cuda::affine<T>(x.numel(), x.data<T>(), T(scale), T(shift), y.data<T>(), s); });
   });
 }
 
@@ -153,17 +104,14 @@ void launch_where(const Tensor& cond, const Tensor& a, const Tensor& b, const Te
   const auto* c = static_cast<const uint8_t*>(cond.raw_data());
   dispatch_float("where", out, [&](auto tag) {
     using T = decltype(tag);
-    if (out.device().is_cpu()) {
-      kernels::cpu::where<T>(l.ndim(), l.shape.data(), c, l.strides[0].data(), a.data<T>(), l.strides[1].data(),
-                             b.data<T>(), l.strides[2].data(), out.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::where<T>(l.ndim(), l.shape.data(), c, l.strides[0].data(), a.data<T>(), l.strides[1].data(),
-                              b.data<T>(), l.strides[2].data(), out.data<T>(), current_stream(out.device().index));
-#else
-      not_on_cuda("where");
-#endif
-    }
+    const int64_t *shape = l.shape.data(), *cs = l.strides[0].data(), *as = l.strides[1].data(),
+                  *bs = l.strides[2].data();
+    on_device(
+        out,
+        [&] { kernels::cpu::where<T>(l.ndim(), shape, c, cs, a.data<T>(), as, b.data<T>(), bs, out.data<T>()); },
+        [&](CudaStream s) {
+          kernels::cuda::where<T>(l.ndim(), shape, c, cs, a.data<T>(), as, b.data<T>(), bs, out.data<T>(), s);
+        });
   });
 }
 

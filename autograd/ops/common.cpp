@@ -4,11 +4,8 @@
 #include <string>
 
 #include "kernels/cpu/reduce.h"
-#include "runtime/factories.h"
-#ifdef SHARDRT_WITH_CUDA
 #include "kernels/cuda/reduce.h"
-#include "runtime/cuda/stream.h"
-#endif
+#include "runtime/factories.h"
 
 namespace shardrt::ops_detail {
 
@@ -31,7 +28,9 @@ void check_compatible(const char* op, std::initializer_list<const Tensor*> ts) {
   }
 }
 
-void not_on_cuda(const char* op) { throw DeviceError(detail::concat("not implemented on cuda: ", op)); }
+void cpu_kernel_only(const char* op, const Tensor& t, const char* what) {
+  SHARDRT_CHECK(!t.device().is_cuda(), DeviceError, op, ": no CUDA kernel yet (", what, " ", t.str(), ")");
+}
 
 int wrap_dim_of(const char* op, int dim, const Tensor& t) {
   SHARDRT_CHECK(dim >= -t.dim() && dim < t.dim(), ShapeError, op, ": dim ", dim, " is out of range for ", t.str());
@@ -77,15 +76,9 @@ Tensor sum_dim_keep(const Tensor& x_in, int dim) {
   DimView v = dim_view(x.shape(), dim);
   dispatch_float("sum", x, [&](auto tag) {
     using T = decltype(tag);
-    if (x.device().is_cpu()) {
-      kernels::cpu::reduce_sum<T>(v.outer, v.n, v.inner, x.data<T>(), y.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::reduce_sum<T>(v.outer, v.n, v.inner, x.data<T>(), y.data<T>(), current_stream(x.device().index));
-#else
-      not_on_cuda("sum");
-#endif
-    }
+    on_device(
+        x, [&] { kernels::cpu::reduce_sum<T>(v.outer, v.n, v.inner, x.data<T>(), y.data<T>()); },
+        [&](CudaStream s) { kernels::cuda::reduce_sum<T>(v.outer, v.n, v.inner, x.data<T>(), y.data<T>(), s); });
   });
   return y;
 }

@@ -1,15 +1,31 @@
-// Shared plumbing for the op files: dtype dispatch, argument checks, the (outer, n, inner) view of a dim,
-// and summing a broadcast grad back to an operand's shape.
+// Shared plumbing for the op files: the device switch, dtype dispatch, argument checks, the (outer, n, inner)
+// view of a dim, and summing a broadcast grad back to an operand's shape.
 #pragma once
 #include <cstdint>
 #include <initializer_list>
 #include <utility>
 #include <vector>
 
+#include "runtime/cuda_context.h"
 #include "runtime/errors.h"
 #include "runtime/tensor.h"
 
 namespace shardrt::ops_detail {
+
+// The backend seam: an op's launch is one call with a CPU branch and a CUDA branch, no preprocessor. cpu() runs
+// for a CPU tensor; cuda(stream) for a CUDA tensor, with the ShardRT stream of t's device (its kernels are queued
+// there, never synchronised). kernels/cuda/*.h exist in every build, so the CUDA branch always compiles; a build
+// without CUDA cannot hold a CUDA tensor, and its kernels/cuda/unavailable.cpp throws DeviceError if reached.
+template <typename CpuFn, typename CudaFn>
+void on_device(const Tensor& t, CpuFn&& cpu, CudaFn&& cuda) {
+  if (t.device().is_cpu()) std::forward<CpuFn>(cpu)();
+  else std::forward<CudaFn>(cuda)(current_stream(t.device().index));
+}
+
+// For op families with a CPU kernel only (marked "(cpu)" in autograd/ops.h): DeviceError naming the op and the
+// tensor, e.g. "group_norm: no CUDA kernel yet (input f32[2, 4, 8] cuda:0)", when t is on a CUDA device. Nothing
+// is copied to the host behind the caller's back.
+void cpu_kernel_only(const char* op, const Tensor& t, const char* what = "input");
 
 // Calls f(T{}) with T = float or double for the dtype; DTypeError naming `op` otherwise.
 template <typename F>
@@ -27,7 +43,6 @@ decltype(auto) dispatch_float(const char* op, const Tensor& t, F&& f) {
 void check_float(const char* op, const Tensor& t, const char* what);
 // Throws unless all defined tensors share a dtype and a device.
 void check_compatible(const char* op, std::initializer_list<const Tensor*> ts);
-[[noreturn]] void not_on_cuda(const char* op);
 
 // A dim of t wrapped into [0, t.dim()); ShapeError naming op and t.str() when out of range.
 int wrap_dim_of(const char* op, int dim, const Tensor& t);

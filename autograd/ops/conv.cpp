@@ -8,6 +8,7 @@
 #include "autograd/ops/common.h"
 #include "autograd/tape.h"
 #include "kernels/cpu/conv.h"
+#include "runtime/factories.h"
 
 namespace shardrt {
 
@@ -97,7 +98,7 @@ Tensor conv_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor
                     const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                     const std::vector<int64_t>& dilation) {
   plan_conv(ctx, x, w, bias, stride, padding, dilation);
-  if (x.device().is_cuda()) not_on_cuda("conv");
+  cpu_kernel_only("conv", x);
   const ConvGeometry& g = ctx.geometry;
   save_operands(ctx, x, w, bias);
   Tensor b = bias.defined() ? bias.contiguous() : Tensor();
@@ -112,15 +113,17 @@ Tensor conv_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor
   return y;
 }
 
-// Undefined where the input wants no grad, so the kernel skips that output.
+// Undefined where the input wants no grad, so the kernel skips that output. The kernels overwrite the input grad
+// and accumulate the parameter grads (kernels/README.md), so those start at zero.
 struct ConvGrads {
   Tensor x, w, bias;
 };
 
 ConvGrads allocate_grads(const ConvCtx& ctx) {
   const Tensor& w = ctx.w;
-  return {ctx.grad_x ? empty_like(ctx.x) : Tensor(), ctx.grad_w ? empty_like(w) : Tensor(),
-          ctx.grad_bias ? Tensor::empty({ctx.geometry.c_out}, w.dtype(), w.device()) : Tensor()};
+  const TensorOptions like_w{w.dtype(), w.device()};
+  return {ctx.grad_x ? empty_like(ctx.x) : Tensor(), ctx.grad_w ? zeros(w.shape(), like_w) : Tensor(),
+          ctx.grad_bias ? zeros({ctx.geometry.c_out}, like_w) : Tensor()};
 }
 
 std::vector<Tensor> conv_backward(ConvCtx& ctx, const std::vector<Tensor>& grad_outputs) {
@@ -163,7 +166,7 @@ void plan_conv_transpose(ConvCtx& ctx, const Tensor& x, const Tensor& w, const T
 
 Tensor conv_transpose_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor& bias) {
   plan_conv_transpose(ctx, x, w, bias);
-  if (x.device().is_cuda()) not_on_cuda("conv_transpose");
+  cpu_kernel_only("conv_transpose", x);
   const ConvGeometry& g = ctx.geometry;
   save_operands(ctx, x, w, bias);
   Tensor b = bias.defined() ? bias.contiguous() : Tensor();

@@ -23,7 +23,7 @@ void check_index_tensor(const char* op, const Tensor& x, const Tensor& index) {
   check_defined(op, index, "index");
   SHARDRT_CHECK(index.dtype() == DType::i64, DTypeError, op, ": index must be i64, got ", index.str());
   check_same_device(op, x, index);
-  if (x.device().is_cuda()) not_on_cuda(op);
+  cpu_kernel_only(op, x);
 }
 
 // ValueError naming the first index value outside [0, n), which indexes dim `dim` of x.

@@ -12,10 +12,7 @@
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
 #include "kernels/cpu/gemm.h"
-#ifdef SHARDRT_WITH_CUDA
 #include "kernels/cuda/gemm.h"
-#include "runtime/cuda/stream.h"
-#endif
 
 namespace shardrt {
 
@@ -40,18 +37,18 @@ void launch_gemm(const char* name, const Gemm& g, const Tensor& A, const Tensor&
   const int64_t lda = std::max<int64_t>(g.lda, 1), ldb = std::max<int64_t>(g.ldb, 1), ldc = std::max<int64_t>(g.ldc, 1);
   dispatch_float(name, C, [&](auto tag) {
     using T = decltype(tag);
-    if (C.device().is_cpu()) {
-      kernels::cpu::gemm_batched<T>(g.trans_a, g.trans_b, g.M, g.N, g.K, T(1), A.data<T>(), lda, B.data<T>(), ldb,
-                                    T(g.beta), C.data<T>(), ldc, g.batch, g.stride_a, g.stride_b, g.stride_c);
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::gemm_strided_batched(C.dtype(), g.trans_a, g.trans_b, g.M, g.N, g.K, 1.0, A.raw_data(), lda,
-                                          B.raw_data(), ldb, g.beta, C.raw_data(), ldc, g.batch, g.stride_a,
-                                          g.stride_b, g.stride_c, current_stream(C.device().index));
-#else
-      not_on_cuda(name);
-#endif
-    }
+    on_device(
+        C,
+        [&] {
+          kernels::cpu::gemm_batched<T>(g.trans_a, g.trans_b, g.M, g.N, g.K, T(1), A.data<T>(), lda, B.data<T>(),
+                                        ldb, T(g.beta), C.data<T>(), ldc, g.batch, g.stride_a, g.stride_b,
+                                        g.stride_c);
+        },
+        [&](CudaStream s) {
+          kernels::cuda::gemm_strided_batched(C.dtype(), g.trans_a, g.trans_b, g.M, g.N, g.K, 1.0, A.raw_data(), lda,
+                                              B.raw_data(), ldb, g.beta, C.raw_data(), ldc, g.batch, g.stride_a,
+                                              g.stride_b, g.stride_c, s);
+        });
   });
 }
 

@@ -5,17 +5,14 @@
 //   dx = rstd * (gxhat - mean(gxhat) - xhat * mean(gxhat * xhat))
 // (the two subtracted terms are the grads that flow through the block's mean and variance), and
 //   dweight = sum over blocks of gy * xhat,  dbias = sum over blocks of gy.
-// The kernels evaluate it; the ops only shape the tensors and choose which grads to compute. group_norm has no CUDA
-// kernel yet and throws DeviceError on CUDA tensors.
+// The kernels evaluate it; the ops only shape the tensors and choose which grads to compute. layer_norm runs on
+// CPU and CUDA; group_norm has no CUDA kernel yet and throws DeviceError on CUDA tensors.
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
 #include "kernels/cpu/norm.h"
-#include "runtime/factories.h"
-#ifdef SHARDRT_WITH_CUDA
 #include "kernels/cuda/norm.h"
-#include "runtime/cuda/stream.h"
-#endif
+#include "runtime/factories.h"
 
 namespace shardrt {
 
@@ -84,17 +81,16 @@ Tensor layer_norm_forward(LayerNormCtx& ctx, const Tensor& x, const Shape& norma
   dispatch_float("layer_norm", x, [&](auto tag) {
     using T = decltype(tag);
     const T* w = data_or_null<T>(ctx.weight);
-    if (x.device().is_cpu()) {
-      kernels::cpu::layernorm<T>(ctx.rows, ctx.D, ctx.x.data<T>(), w, data_or_null<T>(b), T(eps), y.data<T>(),
-                                 ctx.mean.data<T>(), ctx.rstd.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::layernorm<T>(ctx.rows, ctx.D, ctx.x.data<T>(), w, data_or_null<T>(b), T(eps), y.data<T>(),
-                                  ctx.mean.data<T>(), ctx.rstd.data<T>(), current_stream(x.device().index));
-#else
-      not_on_cuda("layer_norm");
-#endif
-    }
+    on_device(
+        x,
+        [&] {
+          kernels::cpu::layernorm<T>(ctx.rows, ctx.D, ctx.x.data<T>(), w, data_or_null<T>(b), T(eps), y.data<T>(),
+                                     ctx.mean.data<T>(), ctx.rstd.data<T>());
+        },
+        [&](CudaStream s) {
+          kernels::cuda::layernorm<T>(ctx.rows, ctx.D, ctx.x.data<T>(), w, data_or_null<T>(b), T(eps), y.data<T>(),
+                                      ctx.mean.data<T>(), ctx.rstd.data<T>(), s);
+        });
   });
   return y;
 }
@@ -105,21 +101,17 @@ std::vector<Tensor> layer_norm_backward(LayerNormCtx& ctx, const std::vector<Ten
   if (gy.numel() > 0) {
     dispatch_float("layer_norm", gy, [&](auto tag) {
       using T = decltype(tag);
-      if (gy.device().is_cpu()) {
-        kernels::cpu::layernorm_backward<T>(ctx.rows, ctx.D, ctx.x.data<T>(), data_or_null<T>(ctx.weight),
-                                            ctx.mean.data<T>(), ctx.rstd.data<T>(), gy.data<T>(),
-                                            data_or_null<T>(g.gx), data_or_null<T>(g.gweight),
-                                            data_or_null<T>(g.gbias));
-      } else {
-#ifdef SHARDRT_WITH_CUDA
-        kernels::cuda::layernorm_backward<T>(ctx.rows, ctx.D, ctx.x.data<T>(), data_or_null<T>(ctx.weight),
-                                             ctx.mean.data<T>(), ctx.rstd.data<T>(), gy.data<T>(),
-                                             data_or_null<T>(g.gx), data_or_null<T>(g.gweight),
-                                             data_or_null<T>(g.gbias), current_stream(gy.device().index));
-#else
-        not_on_cuda("layer_norm");
-#endif
-      }
+      const T *x = ctx.x.data<T>(), *w = data_or_null<T>(ctx.weight), *mean = ctx.mean.data<T>(),
+              *rstd = ctx.rstd.data<T>();
+      T *gx = data_or_null<T>(g.gx), *gw = data_or_null<T>(g.gweight), *gb = data_or_null<T>(g.gbias);
+      on_device(
+          gy,
+          [&] {
+            kernels::cpu::layernorm_backward<T>(ctx.rows, ctx.D, x, w, mean, rstd, gy.data<T>(), gx, gw, gb);
+          },
+          [&](CudaStream s) {
+            kernels::cuda::layernorm_backward<T>(ctx.rows, ctx.D, x, w, mean, rstd, gy.data<T>(), gx, gw, gb, s);
+          });
     });
   }
   const Shape& ps = ctx.normalized_shape;
@@ -142,7 +134,7 @@ Tensor group_norm_forward(GroupNormCtx& ctx, const Tensor& x, int64_t groups, co
   SHARDRT_CHECK(groups >= 1, ValueError, "group_norm: groups must be >= 1, got ", groups, " for ", x.str());
   SHARDRT_CHECK(x.size(1) % groups == 0, ShapeError, "group_norm: ", x.size(1), " channels of ", x.str(),
                 " do not split into ", groups, " groups");
-  if (x.device().is_cuda()) not_on_cuda("group_norm");  // there is no CUDA groupnorm kernel
+  cpu_kernel_only("group_norm", x);
   ctx.N = x.size(0);
   ctx.C = x.size(1);
   ctx.S = shape_numel(Shape(x.shape().begin() + 2, x.shape().end()));

@@ -35,7 +35,7 @@ ConvGeometry plan_pool(const char* op, const Tensor& x, const std::vector<int64_
   for (int d = 0; d < nd; ++d)
     SHARDRT_CHECK(g.out[d] >= 1, ShapeError, op, ": kernel ", shape_str(kernel), " does not fit input ", x.str(),
                   " padded by ", shape_str(padding), " in spatial dim ", d);
-  if (x.device().is_cuda()) not_on_cuda(op);
+  cpu_kernel_only(op, x);
   return g;
 }
 

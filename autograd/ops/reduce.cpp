@@ -7,10 +7,7 @@
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
 #include "kernels/cpu/reduce.h"
-#ifdef SHARDRT_WITH_CUDA
 #include "kernels/cuda/reduce.h"
-#include "runtime/cuda/stream.h"
-#endif
 
 namespace shardrt {
 
@@ -107,30 +104,28 @@ void launch_reduce(const char* name, Reduction r, const ReducePlan& p, const Ten
     using T = decltype(tag);
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
-    if (x.device().is_cpu()) {
-      namespace k = kernels::cpu;
-      switch (r) {
-        case Reduction::sum: k::reduce_sum<T>(p.outer, p.n, p.inner, xp, yp); break;
-        case Reduction::mean: k::reduce_mean<T>(p.outer, p.n, p.inner, xp, yp); break;
-        case Reduction::max: k::reduce_max<T>(p.outer, p.n, p.inner, xp, yp, idx); break;
-        case Reduction::min: k::reduce_min<T>(p.outer, p.n, p.inner, xp, yp, idx); break;
-        case Reduction::logsumexp: k::reduce_logsumexp<T>(p.outer, p.n, p.inner, xp, yp); break;
-      }
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      namespace k = kernels::cuda;
-      cudaStream_t s = current_stream(x.device().index);
-      switch (r) {
-        case Reduction::sum: k::reduce_sum<T>(p.outer, p.n, p.inner, xp, yp, s); break;
-        case Reduction::mean: k::reduce_mean<T>(p.outer, p.n, p.inner, xp, yp, s); break;
-        case Reduction::max: k::reduce_max<T>(p.outer, p.n, p.inner, xp, yp, idx, s); break;
-        case Reduction::min: k::reduce_min<T>(p.outer, p.n, p.inner, xp, yp, idx, s); break;
-        case Reduction::logsumexp: k::reduce_logsumexp<T>(p.outer, p.n, p.inner, xp, yp, s); break;
-      }
-#else
-      not_on_cuda(name);
-#endif
-    }
+    on_device(
+        x,
+        [&] {
+          namespace k = kernels::cpu;
+          switch (r) {
+            case Reduction::sum: k::reduce_sum<T>(p.outer, p.n, p.inner, xp, yp); break;
+            case Reduction::mean: k::reduce_mean<T>(p.outer, p.n, p.inner, xp, yp); break;
+            case Reduction::max: k::reduce_max<T>(p.outer, p.n, p.inner, xp, yp, idx); break;
+            case Reduction::min: k::reduce_min<T>(p.outer, p.n, p.inner, xp, yp, idx); break;
+            case Reduction::logsumexp: k::reduce_logsumexp<T>(p.outer, p.n, p.inner, xp, yp); break;
+          }
+        },
+        [&](CudaStream s) {
+          namespace k = kernels::cuda;
+          switch (r) {
+            case Reduction::sum: k::reduce_sum<T>(p.outer, p.n, p.inner, xp, yp, s); break;
+            case Reduction::mean: k::reduce_mean<T>(p.outer, p.n, p.inner, xp, yp, s); break;
+            case Reduction::max: k::reduce_max<T>(p.outer, p.n, p.inner, xp, yp, idx, s); break;
+            case Reduction::min: k::reduce_min<T>(p.outer, p.n, p.inner, xp, yp, idx, s); break;
+            case Reduction::logsumexp: k::reduce_logsumexp<T>(p.outer, p.n, p.inner, xp, yp, s); break;
+          }
+        });
   });
 }
 
@@ -138,16 +133,12 @@ void launch_index_backward(const char* name, const ReducePlan& p, const Tensor& 
                            const Tensor& gx) {
   dispatch_float(name, gy, [&](auto tag) {
     using T = decltype(tag);
-    if (gy.device().is_cpu()) {
-      kernels::cpu::reduce_index_backward<T>(p.outer, p.n, p.inner, idx.data<int64_t>(), gy.data<T>(), gx.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::reduce_index_backward<T>(p.outer, p.n, p.inner, idx.data<int64_t>(), gy.data<T>(), gx.data<T>(),
-                                              current_stream(gy.device().index));
-#else
-      not_on_cuda(name);
-#endif
-    }
+    const int64_t* ip = idx.data<int64_t>();
+    on_device(
+        gy, [&] { kernels::cpu::reduce_index_backward<T>(p.outer, p.n, p.inner, ip, gy.data<T>(), gx.data<T>()); },
+        [&](CudaStream s) {
+          kernels::cuda::reduce_index_backward<T>(p.outer, p.n, p.inner, ip, gy.data<T>(), gx.data<T>(), s);
+        });
   });
 }
 
@@ -155,17 +146,16 @@ void launch_logsumexp_backward(const ReducePlan& p, const Tensor& x, const Tenso
                                const Tensor& gx) {
   dispatch_float("logsumexp", gy, [&](auto tag) {
     using T = decltype(tag);
-    if (gy.device().is_cpu()) {
-      kernels::cpu::reduce_logsumexp_backward<T>(p.outer, p.n, p.inner, x.data<T>(), y.data<T>(), gy.data<T>(),
-                                                 gx.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::reduce_logsumexp_backward<T>(p.outer, p.n, p.inner, x.data<T>(), y.data<T>(), gy.data<T>(),
-                                                  gx.data<T>(), current_stream(gy.device().index));
-#else
-      not_on_cuda("logsumexp");
-#endif
-    }
+    on_device(
+        gy,
+        [&] {
+          kernels::cpu::reduce_logsumexp_backward<T>(p.outer, p.n, p.inner, x.data<T>(), y.data<T>(), gy.data<T>(),
+                                                     gx.data<T>());
+        },
+        [&](CudaStream s) {
+          kernels::cuda::reduce_logsumexp_backward<T>(p.outer, p.n, p.inner, x.data<T>(), y.data<T>(), gy.data<T>(),
+                                                      gx.data<T>(), s);
+        });
   });
 }
 
@@ -283,16 +273,11 @@ Tensor argmax(const Tensor& x, int dim, bool keepdim) {
   Tensor idx = Tensor::empty({p.outer * p.inner}, DType::i64, x.device());
   dispatch_float("argmax", x, [&](auto tag) {
     using T = decltype(tag);
-    if (x.device().is_cpu()) {
-      kernels::cpu::reduce_argmax<T>(p.outer, p.n, p.inner, xc.data<T>(), idx.data<int64_t>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::reduce_argmax<T>(p.outer, p.n, p.inner, xc.data<T>(), idx.data<int64_t>(),
-                                      current_stream(x.device().index));
-#else
-      not_on_cuda("argmax");
-#endif
-    }
+    on_device(
+        x, [&] { kernels::cpu::reduce_argmax<T>(p.outer, p.n, p.inner, xc.data<T>(), idx.data<int64_t>()); },
+        [&](CudaStream s) {
+          kernels::cuda::reduce_argmax<T>(p.outer, p.n, p.inner, xc.data<T>(), idx.data<int64_t>(), s);
+        });
   });
   return shape_result(idx, p, keepdim);
 }

@@ -240,7 +240,7 @@ Shape plan_pad(PadCtx& ctx, const Tensor& x, const std::vector<int64_t>& pads, P
 Tensor pad_forward(PadCtx& ctx, const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, double value) {
   check_float("pad", x, "input");
   const Shape out_shape = plan_pad(ctx, x, pads, mode);
-  if (x.device().is_cuda()) not_on_cuda("pad");
+  cpu_kernel_only("pad", x);
   Tensor xc = x.contiguous();
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   dispatch_float("pad", x, [&](auto tag) {

@@ -4,10 +4,7 @@
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
 #include "kernels/cpu/softmax.h"
-#ifdef SHARDRT_WITH_CUDA
 #include "kernels/cuda/softmax.h"
-#include "runtime/cuda/stream.h"
-#endif
 
 namespace shardrt {
 
@@ -32,18 +29,16 @@ Tensor softmax_forward(SoftmaxCtx& ctx, const char* name, bool log, const Tensor
   const DimView v = ctx.view;
   dispatch_float(name, x, [&](auto tag) {
     using T = decltype(tag);
-    if (x.device().is_cpu()) {
-      if (log) kernels::cpu::log_softmax<T>(v.outer, v.n, v.inner, xc.data<T>(), y.data<T>());
-      else kernels::cpu::softmax<T>(v.outer, v.n, v.inner, xc.data<T>(), y.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      cudaStream_t s = current_stream(x.device().index);
-      if (log) kernels::cuda::log_softmax<T>(v.outer, v.n, v.inner, xc.data<T>(), y.data<T>(), s);
-      else kernels::cuda::softmax<T>(v.outer, v.n, v.inner, xc.data<T>(), y.data<T>(), s);
-#else
-      not_on_cuda(name);
-#endif
-    }
+    on_device(
+        x,
+        [&] {
+          if (log) kernels::cpu::log_softmax<T>(v.outer, v.n, v.inner, xc.data<T>(), y.data<T>());
+          else kernels::cpu::softmax<T>(v.outer, v.n, v.inner, xc.data<T>(), y.data<T>());
+        },
+        [&](CudaStream s) {
+          if (log) kernels::cuda::log_softmax<T>(v.outer, v.n, v.inner, xc.data<T>(), y.data<T>(), s);
+          else kernels::cuda::softmax<T>(v.outer, v.n, v.inner, xc.data<T>(), y.data<T>(), s);
+        });
   });
   ctx.y = y;
   return y;
@@ -56,20 +51,18 @@ std::vector<Tensor> softmax_backward(SoftmaxCtx& ctx, const std::vector<Tensor>&
   const Tensor& y = ctx.y;
   dispatch_float(ctx.name, gy, [&](auto tag) {
     using T = decltype(tag);
-    if (gy.device().is_cpu()) {
-      if (ctx.log)
-        kernels::cpu::log_softmax_backward<T>(v.outer, v.n, v.inner, y.data<T>(), gy.data<T>(), gx.data<T>());
-      else kernels::cpu::softmax_backward<T>(v.outer, v.n, v.inner, y.data<T>(), gy.data<T>(), gx.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      cudaStream_t s = current_stream(gy.device().index);
-      if (ctx.log)
-        kernels::cuda::log_softmax_backward<T>(v.outer, v.n, v.inner, y.data<T>(), gy.data<T>(), gx.data<T>(), s);
-      else kernels::cuda::softmax_backward<T>(v.outer, v.n, v.inner, y.data<T>(), gy.data<T>(), gx.data<T>(), s);
-#else
-      not_on_cuda(ctx.name);
-#endif
-    }
+    on_device(
+        gy,
+        [&] {
+          if (ctx.log)
+            kernels::cpu::log_softmax_backward<T>(v.outer, v.n, v.inner, y.data<T>(), gy.data<T>(), gx.data<T>());
+          else kernels::cpu::softmax_backward<T>(v.outer, v.n, v.inner, y.data<T>(), gy.data<T>(), gx.data<T>());
+        },
+        [&](CudaStream s) {
+          if (ctx.log)
+            kernels::cuda::log_softmax_backward<T>(v.outer, v.n, v.inner, y.data<T>(), gy.data<T>(), gx.data<T>(), s);
+          else kernels::cuda::softmax_backward<T>(v.outer, v.n, v.inner, y.data<T>(), gy.data<T>(), gx.data<T>(), s);
+        });
   });
   return {gx};
 }

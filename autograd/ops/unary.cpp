@@ -3,55 +3,23 @@
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
 #include "kernels/cpu/elementwise.h"
-#ifdef SHARDRT_WITH_CUDA
 #include "kernels/cuda/elementwise.h"
-#include "runtime/cuda/stream.h"
-#endif
 
 namespace shardrt {
 
 using namespace ops_detail;
-using kernels::cpu::UnaryOp;
+using kernels::UnaryOp;
 
 namespace {
 
 // ---- launchers (x, y, gy, gx contiguous) --------------------------------------------------------------------
 
-#ifdef SHARDRT_WITH_CUDA
-// The CUDA kernels declare their own op enum; map by name so neither side depends on the other's order.
-kernels::cuda::UnaryOp cuda_op(UnaryOp op) {
-  using C = kernels::cuda::UnaryOp;
-  switch (op) {
-    case UnaryOp::neg: return C::neg;
-    case UnaryOp::exp: return C::exp;
-    case UnaryOp::log: return C::log;
-    case UnaryOp::sqrt: return C::sqrt;
-    case UnaryOp::rsqrt: return C::rsqrt;
-    case UnaryOp::tanh: return C::tanh;
-    case UnaryOp::erf: return C::erf;
-    case UnaryOp::abs: return C::abs;
-    case UnaryOp::relu: return C::relu;
-    case UnaryOp::gelu_erf: return C::gelu_erf;
-    case UnaryOp::gelu_tanh: return C::gelu_tanh;
-    case UnaryOp::silu: return C::silu;
-    case UnaryOp::sigmoid: return C::sigmoid;
-  }
-  return C::neg;
-}
-#endif
-
 void launch_unary(const char* name, UnaryOp op, const Tensor& x, const Tensor& y) {
   dispatch_float(name, x, [&](auto tag) {
     using T = decltype(tag);
-    if (x.device().is_cpu()) {
-      kernels::cpu::unary<T>(op, x.numel(), x.data<T>(), y.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::unary<T>(cuda_op(op), x.numel(), x.data<T>(), y.data<T>(), current_stream(x.device().index));
-#else
-      not_on_cuda(name);
-#endif
-    }
+    on_device(
+        x, [&] { kernels::cpu::unary<T>(op, x.numel(), x.data<T>(), y.data<T>()); },
+        [&](CudaStream s) { kernels::cuda::unary<T>(op, x.numel(), x.data<T>(), y.data<T>(), s); });
   });
 }
 
@@ -59,78 +27,53 @@ void launch_unary_backward(const char* name, UnaryOp op, const Tensor& x, const 
                            const Tensor& gx) {
   dispatch_float(name, gy, [&](auto tag) {
     using T = decltype(tag);
-    if (gy.device().is_cpu()) {
-      kernels::cpu::unary_backward<T>(op, gy.numel(), x.data<T>(), y.data<T>(), gy.data<T>(), gx.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::unary_backward<T>(cuda_op(op), gy.numel(), x.data<T>(), y.data<T>(), gy.data<T>(), gx.data<T>(),
-                                       current_stream(gy.device().index));
-#else
-      not_on_cuda(name);
-#endif
-    }
+    const int64_t n = gy.numel();
+    on_device(
+        gy, [&] { kernels::cpu::unary_backward<T>(op, n, x.data<T>(), y.data<T>(), gy.data<T>(), gx.data<T>()); },
+        [&](CudaStream s) {
+          kernels::cuda::unary_backward<T>(op, n, x.data<T>(), y.data<T>(), gy.data<T>(), gx.data<T>(), s);
+        });
   });
 }
 
 void launch_pow_scalar(const Tensor& x, double p, const Tensor& y) {
   dispatch_float("pow_scalar", x, [&](auto tag) {
     using T = decltype(tag);
-    if (x.device().is_cpu()) {
-      kernels::cpu::pow_scalar<T>(x.numel(), x.data<T>(), T(p), y.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::pow_scalar<T>(x.numel(), x.data<T>(), T(p), y.data<T>(), current_stream(x.device().index));
-#else
-      not_on_cuda("pow_scalar");
-#endif
-    }
+    on_device(
+        x, [&] { kernels::cpu::pow_scalar<T>(x.numel(), x.data<T>(), T(p), y.data<T>()); },
+        [&](CudaStream s) { kernels::cuda::pow_scalar<T>(x.numel(), x.data<T>(), T(p), y.data<T>(), s); });
   });
 }
 
 void launch_pow_scalar_backward(const Tensor& x, double p, const Tensor& gy, const Tensor& gx) {
   dispatch_float("pow_scalar", x, [&](auto tag) {
     using T = decltype(tag);
-    if (x.device().is_cpu()) {
-      kernels::cpu::pow_scalar_backward<T>(x.numel(), x.data<T>(), T(p), gy.data<T>(), gx.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::pow_scalar_backward<T>(x.numel(), x.data<T>(), T(p), gy.data<T>(), gx.data<T>(),
-                                            current_stream(x.device().index));
-#else
-      not_on_cuda("pow_scalar");
-#endif
-    }
+    on_device(
+        x, [&] { kernels::cpu::pow_scalar_backward<T>(x.numel(), x.data<T>(), T(p), gy.data<T>(), gx.data<T>()); },
+        [&](CudaStream s) {
+          kernels::cuda::pow_scalar_backward<T>(x.numel(), x.data<T>(), T(p), gy.data<T>(), gx.data<T>(), s);
+        });
   });
 }
 
 void launch_clamp(const Tensor& x, double lo, double hi, const Tensor& y) {
   dispatch_float("clamp", x, [&](auto tag) {
     using T = decltype(tag);
-    if (x.device().is_cpu()) {
-      kernels::cpu::clamp<T>(x.numel(), x.data<T>(), T(lo), T(hi), y.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::clamp<T>(x.numel(), x.data<T>(), T(lo), T(hi), y.data<T>(), current_stream(x.device().index));
-#else
-      not_on_cuda("clamp");
-#endif
-    }
+    on_device(
+        x, [&] { kernels::cpu::clamp<T>(x.numel(), x.data<T>(), T(lo), T(hi), y.data<T>()); },
+        [&](CudaStream s) { kernels::cuda::clamp<T>(x.numel(), x.data<T>(), T(lo), T(hi), y.data<T>(), s); });
   });
 }
 
 void launch_clamp_backward(const Tensor& x, double lo, double hi, const Tensor& gy, const Tensor& gx) {
   dispatch_float("clamp", x, [&](auto tag) {
     using T = decltype(tag);
-    if (x.device().is_cpu()) {
-      kernels::cpu::clamp_backward<T>(x.numel(), x.data<T>(), T(lo), T(hi), gy.data<T>(), gx.data<T>());
-    } else {
-#ifdef SHARDRT_WITH_CUDA
-      kernels::cuda::clamp_backward<T>(x.numel(), x.data<T>(), T(lo), T(hi), gy.data<T>(), gx.data<T>(),
-                                       current_stream(x.device().index));
-#else
-      not_on_cuda("clamp");
-#endif
-    }
+    on_device(
+        x,
+        [&] { kernels::cpu::clamp_backward<T>(x.numel(), x.data<T>(), T(lo), T(hi), gy.data<T>(), gx.data<T>()); },
+        [&](CudaStream s) {
+          kernels::cuda::clamp_backward<T>(x.numel(), x.data<T>(), T(lo), T(hi), gy.data<T>(), gx.data<T>(), s);
+        });
   });
 }
 

@@ -37,7 +37,7 @@ Tensor upsample_forward(UpsampleCtx& ctx, const char* op, UpsampleMode mode, boo
     SHARDRT_CHECK(ctx.in[d] == 0 || ctx.out[d] >= 1, ValueError, op, ": output size ", shape_str(ctx.out),
                   " has a 0 for the non-empty spatial dim ", d, " of ", x.str());
   }
-  if (x.device().is_cuda()) not_on_cuda(op);
+  cpu_kernel_only(op, x);
   ctx.name = op;
   ctx.mode = mode;
   ctx.align_corners = align_corners;

@@ -152,9 +152,32 @@ void attention_backward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t D
   }
 }
 
+template <typename T>
+void attention_merge(int64_t rows, int64_t Dv, T* acc, T* lse, const T* out_b, const T* lse_b) {
+  constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  for (int64_t i = 0; i < rows; ++i) {
+    const T lb = lse_b[i], mo = lse[i];
+    T* a = acc + i * Dv;
+    const T* o = out_b + i * Dv;
+    if (lb == neg_inf) continue;
+    if (mo == neg_inf) {
+      std::copy(o, o + Dv, a);
+      lse[i] = lb;
+      continue;
+    }
+    // logaddexp without overflow: the larger term factored out.
+    const T hi = std::max(mo, lb);
+    const T merged = hi + std::log1p(std::exp(-std::abs(mo - lb)));
+    const T wa = std::exp(mo - merged), wb = std::exp(lb - merged);
+    for (int64_t c = 0; c < Dv; ++c) a[c] = wa * a[c] + wb * o[c];
+    lse[i] = merged;
+  }
+}
+
 #define SHARDRT_INSTANTIATE(T)                                                                                  \
   template void attention_forward<T>(int64_t, int64_t, int64_t, int64_t, int64_t, T, const T*, const T*,        \
                                      const T*, T*, T*);                                                          \
+  template void attention_merge<T>(int64_t, int64_t, T*, T*, const T*, const T*);                               \
   template void attention_backward<T>(int64_t, int64_t, int64_t, int64_t, int64_t, T, const T*, const T*,       \
                                       const T*, const T*, const T*, const T*, const T*, T*, T*, T*);
 SHARDRT_INSTANTIATE(float)

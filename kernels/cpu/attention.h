@@ -23,4 +23,12 @@ void attention_backward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t D
                         const T* v, const T* out, const T* lse, const T* grad_out, const T* grad_lse, T* grad_q,
                         T* grad_k, T* grad_v);
 
+// Folds one key block's result (out_b, lse_b), rows x Dv and rows, into a running result (acc, lse) over the
+// blocks before it, as if both had been computed over the union of their keys. Per row:
+// lse' = logaddexp(lse, lse_b), acc' = acc·exp(lse - lse') + out_b·exp(lse_b - lse'). A block with no keys
+// (lse_b = -inf) leaves the row as it is; onto an empty running row (lse = -inf) the block is copied. Start
+// from acc = 0, lse = -inf.
+template <typename T>
+void attention_merge(int64_t rows, int64_t Dv, T* acc, T* lse, const T* out_b, const T* lse_b);
+
 }  // namespace shardrt::kernels::cpu

@@ -99,7 +99,7 @@ void add_bias(int64_t batch, int64_t channels, int64_t vol, const T* bias, T* y)
   }
 }
 
-// gbias[c] = Σ over batch and positions of gy (batch, channels, vol), accumulated in double.
+// gbias[c] += Σ over batch and positions of gy (batch, channels, vol), the sum taken in double.
 template <typename T>
 void bias_grad(int64_t batch, int64_t channels, int64_t vol, const T* gy, T* gbias) {
 #pragma omp parallel for if (batch * channels * vol > kParallelWork) schedule(static)
@@ -109,7 +109,7 @@ void bias_grad(int64_t batch, int64_t channels, int64_t vol, const T* gy, T* gbi
       const T* row = gy + (b * channels + c) * vol;
       for (int64_t p = 0; p < vol; ++p) sum += row[p];
     }
-    gbias[c] = T(sum);
+    gbias[c] += T(sum);
   }
 }
 
@@ -195,7 +195,6 @@ void conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T
   const int64_t chunk = pointwise ? out_vol : chunk_columns(rows, out_vol);
 
   if (gbias) bias_grad(g.batch, g.c_out, out_vol, gy, gbias);
-  if (gw) std::fill(gw, gw + g.c_out * rows, T(0));
   // The pointwise gx is written whole by one GEMM per sample; otherwise col2im accumulates into it.
   if (gx && !pointwise) std::fill(gx, gx + g.batch * g.c_in * in_vol, T(0));
   if (!gx && !gw) return;
@@ -264,7 +263,6 @@ void conv_transpose_patch_backward(const ConvGeometry& g, const T* x, const T* w
   const int64_t chunk = chunk_columns(rows, in_vol);
 
   if (gbias) bias_grad(g.batch, g.c_out, out_vol, gy, gbias);
-  if (gw) std::fill(gw, gw + g.c_in * rows, T(0));
   if (!gx && !gw) return;
 
   std::vector<T> grad_blocks(rows * std::min(chunk, in_vol));

@@ -28,7 +28,8 @@ template <typename T>
 void conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* y);
 
 // Given gy (B, Cout, *out): gx (B, Cin, *in), gw (Cout, Cin, *kernel), gbias (Cout). Each output is nullable
-// (skipped) and, when given, overwritten.
+// (skipped). gx is overwritten; gw and gbias are accumulated with += (the caller zero-fills them the first time;
+// the GEMMs run with beta = 1, so accumulation costs nothing).
 template <typename T>
 void conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* gx, T* gw, T* gbias);
 
@@ -40,7 +41,8 @@ void conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T
 template <typename T>
 void conv_transpose_patch_forward(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* y);
 
-// Given gy (B, Cout, *in·kernel): gx, gw, gbias as for conv_backward (nullable, overwritten).
+// Given gy (B, Cout, *in·kernel): gx, gw, gbias as for conv_backward (nullable; gx overwritten, gw and gbias
+// accumulated).
 template <typename T>
 void conv_transpose_patch_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* gx, T* gw,
                                    T* gbias);

@@ -3,19 +3,23 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/elementwise_ops.h"
+
 namespace shardrt::kernels::cpu {
+
+// The op sets and their semantics (NaN rules, kinks, pow) are the family's, shared with CUDA.
+using kernels::BinaryOp;
+using kernels::CompareOp;
+using kernels::UnaryOp;
 
 // ---- unary maps over n contiguous elements; y may alias x, gx may alias gy ----
 
-enum class UnaryOp { neg, exp, log, sqrt, rsqrt, tanh, erf, abs, relu, gelu_erf, gelu_tanh, silu, sigmoid };
-
-// y = f(x). relu and abs propagate NaN. gelu_erf is 0.5 x (1 + erf(x / sqrt 2)); gelu_tanh is the tanh
-// approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// y = f(x).
 template <typename T>
 void unary(UnaryOp op, int64_t n, const T* x, T* y);
 
 // gx = gy * f'(x). Both x and y = f(x) are passed because some derivatives are cheaper from y (exp, sqrt, rsqrt,
-// tanh, sigmoid). Conventions at kinks, as in PyTorch: relu'(0) = 0, abs'(0) = 0.
+// tanh, sigmoid).
 template <typename T>
 void unary_backward(UnaryOp op, int64_t n, const T* x, const T* y, const T* gy, T* gx);
 
@@ -51,15 +55,11 @@ void axpy(int64_t n, T alpha, const T* x, T* y);
 // strides 0). ndim == 0 means a single element. Negative strides are allowed. `out` may alias an input only when
 // that input has exactly out's contiguous layout.
 
-// maximum / minimum propagate NaN; pow follows std::pow.
-enum class BinaryOp { add, sub, mul, div, pow, maximum, minimum };
-
 template <typename T>
 void binary(BinaryOp op, int ndim, const int64_t* out_shape, const T* a, const int64_t* a_strides, const T* b,
             const int64_t* b_strides, T* out);
 
-// out = (a op b) ? 1 : 0. Comparisons with NaN are false except ne, which is true.
-enum class CompareOp { eq, ne, lt, le, gt, ge };
+// out = (a op b) ? 1 : 0.
 
 template <typename T>
 void compare(CompareOp op, int ndim, const int64_t* out_shape, const T* a, const int64_t* a_strides, const T* b,

@@ -7,7 +7,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "runtime/cuda/stream.h"
-#include "runtime/cuda_allocator.h"
+#include "runtime/cuda/stream_scratch.h"
 
 namespace shardrt::kernels::cuda {
 namespace {
@@ -109,54 +109,6 @@ __global__ void layernorm_param_grads_kernel(int64_t D, int64_t chunks, const do
   }
 }
 
-// Makes `waiter` wait for the work queued so far on `producer`.
-cudaError_t order_after(cudaStream_t waiter, cudaStream_t producer) {
-  cudaEvent_t event;
-  cudaError_t err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-  if (err != cudaSuccess) return err;
-  err = cudaEventRecord(event, producer);
-  if (err == cudaSuccess) err = cudaStreamWaitEvent(waiter, event, 0);
-  cudaEventDestroy(event);  // its resources are released once the wait has been satisfied
-  return err;
-}
-
-// Device scratch for work queued on `stream`, from the current device's caching allocator. That allocator
-// queues its allocations and frees on ShardRT's stream for the device (`home`); when `stream` is another stream,
-// events order the allocation before the first use on `stream`, and the last use on `stream` before the free.
-class StreamScratch {
- public:
-  StreamScratch(std::size_t bytes, cudaStream_t stream) : stream_(stream), bytes_(bytes) {
-    int device = -1;
-    SHARDRT_CUDA_CHECK(cudaGetDevice(&device));
-    allocator_ = &cuda_caching_allocator(device);
-    home_ = current_stream(device);
-    ptr_ = allocator_->allocate(bytes_);
-    if (stream_ != home_) {
-      const cudaError_t err = order_after(stream_, home_);
-      if (err != cudaSuccess) {
-        allocator_->deallocate(ptr_, bytes_);
-        throw_cuda_error(err, "order_after(stream, home)", __FILE__, __LINE__);
-      }
-    }
-  }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  // Also runs when a launch threw, so it cannot throw itself; if the streams cannot be ordered by an event it
-  // waits for `stream` on the host instead.
-  ~StreamScratch() {
-    if (stream_ != home_ && order_after(home_, stream_) != cudaSuccess) cudaStreamSynchronize(stream_);
-    allocator_->deallocate(ptr_, bytes_);
-  }
-  double* data() const { return static_cast<double*>(ptr_); }
-
- private:
-  cudaStream_t stream_;
-  cudaStream_t home_ = nullptr;
-  std::size_t bytes_;
-  Allocator* allocator_ = nullptr;
-  void* ptr_ = nullptr;
-};
-
 }  // namespace
 
 template <typename T>
@@ -183,10 +135,10 @@ void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* weight, co
   StreamScratch partial(static_cast<std::size_t>(chunks * 2 * D) * sizeof(double), stream);
   const dim3 partial_grid(static_cast<unsigned>((D + kThreads - 1) / kThreads), static_cast<unsigned>(chunks));
   layernorm_param_partials_kernel<T><<<partial_grid, kThreads, 0, stream>>>(rows, D, rows_per_chunk, x, mean, rstd,
-                                                                             gy, partial.data());
+                                                                             gy, partial.as<double>());
   SHARDRT_CUDA_CHECK(cudaGetLastError());
   const auto blocks = static_cast<unsigned>(std::min<int64_t>((D + kThreads - 1) / kThreads, kMaxBlocks));
-  layernorm_param_grads_kernel<T><<<blocks, kThreads, 0, stream>>>(D, chunks, partial.data(), gweight, gbias);
+  layernorm_param_grads_kernel<T><<<blocks, kThreads, 0, stream>>>(D, chunks, partial.as<double>(), gweight, gbias);
   SHARDRT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -199,4 +199,15 @@ void fill_cuda(int device, void* dst, DType dtype, int64_t n, double value) {
   SHARDRT_CUDA_CHECK(cudaGetLastError());
 }
 
+void copy_bytes_host_device(int device, void* dst, const void* src, std::size_t bytes, bool to_device) {
+  cudaStream_t stream = current_stream(device);
+  const auto kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+  SHARDRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
+  SHARDRT_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void copy_bytes_peer(int dst_device, void* dst, int src_device, const void* src, std::size_t bytes) {
+  SHARDRT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, current_stream(dst_device)));
+}
+
 }  // namespace shardrt

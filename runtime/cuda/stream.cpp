@@ -2,10 +2,13 @@
 
 #include <memory>
 #include <mutex>
+#include <type_traits>
 
 #include "runtime/cuda_context.h"
 
 namespace shardrt {
+
+static_assert(std::is_same_v<CudaStream, cudaStream_t>, "CudaStream must be the CUDA runtime's stream type");
 
 namespace {
 
@@ -28,7 +31,7 @@ StreamTable& stream_table() {
 
 }  // namespace
 
-cudaStream_t current_stream(int device) {
+CudaStream current_stream(int device) {
   StreamTable& table = stream_table();
   SHARDRT_CHECK(device >= 0 && device < table.count, DeviceError, "current_stream: cuda:", device,
                 " requested but ", table.count, " CUDA device(s) are usable");

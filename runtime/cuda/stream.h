@@ -1,14 +1,12 @@
-// CUDA streams and error checks for code compiled with CUDA (runtime/cuda, kernels/cuda).
+// CUDA error checks for code compiled with CUDA (runtime/cuda, kernels/cuda). current_stream and the CudaStream
+// type (which is cudaStream_t) are declared in runtime/cuda_context.h, safe in every build.
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include "runtime/cuda_context.h"
 #include "runtime/errors.h"
 
 namespace shardrt {
-
-// The stream on which ShardRT queues all work for a device (one non-blocking stream per device, created on
-// first use). Makes `device` current as a side effect.
-cudaStream_t current_stream(int device);
 
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
 

@@ -293,7 +293,8 @@ TEST_CASE("conv backward matches finite differences in 1, 2 and 3 d", "[kernels]
     Vec w = random_vec(g.c_out * g.c_in * prod(g.kernel, 3), 5);
     Vec bias = random_vec(g.c_out, 6);
     const Vec gy = random_vec(g.batch * g.c_out * prod(g.out, 3), 7);
-    Vec gx(x.size(), 9.0), gw(w.size(), 9.0), gbias(bias.size(), 9.0);
+    // gx is overwritten (the 9s must go); the parameter grads accumulate, so they start at zero.
+    Vec gx(x.size(), 9.0), gw(w.size(), 0.0), gbias(bias.size(), 0.0);
     cpu::conv_backward<double>(g, x.data(), w.data(), gy.data(), gx.data(), gw.data(), gbias.data());
     auto loss = [&] {
       Vec y(gy.size());
@@ -305,11 +306,19 @@ TEST_CASE("conv backward matches finite differences in 1, 2 and 3 d", "[kernels]
     check_gradient(bias, gbias, loss);
 
     // Requesting only some grads gives the same values.
-    Vec gx_only(x.size(), 9.0), gw_only(w.size(), 9.0);
+    Vec gx_only(x.size(), 9.0), gw_only(w.size(), 0.0);
     cpu::conv_backward<double>(g, x.data(), w.data(), gy.data(), gx_only.data(), nullptr, nullptr);
     cpu::conv_backward<double>(g, x.data(), w.data(), gy.data(), nullptr, gw_only.data(), nullptr);
     require_close(gx_only, gx, 0.0);
     require_close(gw_only, gw, 0.0);
+
+    // The parameter grads accumulate: a second call onto them adds the same grads again.
+    Vec gw_twice = gw, gbias_twice = gbias, twice_w(gw.size()), twice_b(gbias.size());
+    cpu::conv_backward<double>(g, x.data(), w.data(), gy.data(), nullptr, gw_twice.data(), gbias_twice.data());
+    for (size_t i = 0; i < gw.size(); ++i) twice_w[i] = 2 * gw[i];
+    for (size_t i = 0; i < gbias.size(); ++i) twice_b[i] = 2 * gbias[i];
+    require_close(gw_twice, twice_w, 1e-12);
+    require_close(gbias_twice, twice_b, 1e-12);
   }
 }
 
@@ -392,7 +401,7 @@ TEST_CASE("transposed patch conv matches direct loops and finite differences", "
     cpu::conv_transpose_patch_forward<double>(g, x.data(), w.data(), bias.data(), y.data());
     require_close(y, patch_reference(g, x, w, &bias), 1e-12);
 
-    Vec gx(x.size(), 9.0), gw(w.size(), 9.0), gbias(bias.size(), 9.0);
+    Vec gx(x.size(), 9.0), gw(w.size(), 0.0), gbias(bias.size(), 0.0);
     cpu::conv_transpose_patch_backward<double>(g, x.data(), w.data(), gy.data(), gx.data(), gw.data(),
                                                gbias.data());
     auto loss = [&] {

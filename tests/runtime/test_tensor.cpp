@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "runtime/allocator.h"
+#include "runtime/cuda_context.h"
 #include "runtime/errors.h"
 #include "runtime/factories.h"
 #include "runtime/half.h"
@@ -171,4 +172,11 @@ TEST_CASE("allocator: current and peak bytes are exact", "[runtime]") {
   CHECK(after.current_bytes == before.current_bytes);
   CHECK(after.peak_bytes >= before.current_bytes + 8000);
   CHECK_THROWS_AS(Tensor::empty({2}, DType::f32, Device::cuda(0)), DeviceError);
+}
+
+TEST_CASE("tensor: without a usable CUDA device the stream entry points throw DeviceError", "[runtime]") {
+  // In every build: cuda_context.h names no CUDA type, and a build without CUDA has no devices.
+  if (cuda_available()) return;
+  CHECK_THROWS_AS(current_stream(0), DeviceError);
+  CHECK_THROWS_AS(cuda_synchronize(0), DeviceError);
 }

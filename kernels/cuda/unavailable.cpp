@@ -1,0 +1,199 @@
+// kernels/cuda/*.h for builds without CUDA: every launcher exists, so the ops above call them without a
+// preprocessor guard, and each throws DeviceError naming itself. In such a build no tensor can live on a CUDA
+// device, so these are reached only by calling a kernel directly (the pattern of runtime/cuda_context_none.cpp).
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/reduce.h"
+#include "kernels/cuda/softmax.h"
+#include "runtime/errors.h"
+
+namespace shardrt::kernels::cuda {
+
+namespace {
+
+[[noreturn]] void unavailable(const char* kernel) {
+  throw DeviceError(detail::concat("kernels::cuda::", kernel, ": not built with CUDA"));
+}
+
+}  // namespace
+
+// ---- elementwise.h ----
+
+template <typename T>
+void unary(UnaryOp, int64_t, const T*, T*, CudaStream) {
+  unavailable("unary");
+}
+template <typename T>
+void unary_backward(UnaryOp, int64_t, const T*, const T*, const T*, T*, CudaStream) {
+  unavailable("unary_backward");
+}
+template <typename T>
+void pow_scalar(int64_t, const T*, T, T*, CudaStream) {
+  unavailable("pow_scalar");
+}
+template <typename T>
+void pow_scalar_backward(int64_t, const T*, T, const T*, T*, CudaStream) {
+  unavailable("pow_scalar_backward");
+}
+template <typename T>
+void clamp(int64_t, const T*, T, T, T*, CudaStream) {
+  unavailable("clamp");
+}
+template <typename T>
+void clamp_backward(int64_t, const T*, T, T, const T*, T*, CudaStream) {
+  unavailable("clamp_backward");
+}
+template <typename T>
+void affine(int64_t, const T*, T, T, T*, CudaStream) {
+  unavailable("affine");
+}
+template <typename T>
+void fill(int64_t, T, T*, CudaStream) {
+  unavailable("fill");
+}
+template <typename T>
+void axpy(int64_t, T, const T*, T*, CudaStream) {
+  unavailable("axpy");
+}
+template <typename T>
+void binary(BinaryOp, int, const int64_t*, const T*, const int64_t*, const T*, const int64_t*, T*, CudaStream) {
+  unavailable("binary");
+}
+template <typename T>
+void compare(CompareOp, int, const int64_t*, const T*, const int64_t*, const T*, const int64_t*, uint8_t*,
+             CudaStream) {
+  unavailable("compare");
+}
+template <typename T>
+void where(int, const int64_t*, const uint8_t*, const int64_t*, const T*, const int64_t*, const T*, const int64_t*,
+           T*, CudaStream) {
+  unavailable("where");
+}
+
+// ---- norm.h ----
+
+template <typename T>
+void layernorm(int64_t, int64_t, const T*, const T*, const T*, T, T*, T*, T*, CudaStream) {
+  unavailable("layernorm");
+}
+template <typename T>
+void layernorm_backward(int64_t, int64_t, const T*, const T*, const T*, const T*, const T*, T*, T*, T*,
+                        CudaStream) {
+  unavailable("layernorm_backward");
+}
+
+// ---- reduce.h ----
+
+template <typename T>
+void reduce_sum(int64_t, int64_t, int64_t, const T*, T*, CudaStream) {
+  unavailable("reduce_sum");
+}
+template <typename T>
+void reduce_mean(int64_t, int64_t, int64_t, const T*, T*, CudaStream) {
+  unavailable("reduce_mean");
+}
+template <typename T>
+void reduce_max(int64_t, int64_t, int64_t, const T*, T*, int64_t*, CudaStream) {
+  unavailable("reduce_max");
+}
+template <typename T>
+void reduce_min(int64_t, int64_t, int64_t, const T*, T*, int64_t*, CudaStream) {
+  unavailable("reduce_min");
+}
+template <typename T>
+void reduce_argmax(int64_t, int64_t, int64_t, const T*, int64_t*, CudaStream) {
+  unavailable("reduce_argmax");
+}
+template <typename T>
+void reduce_logsumexp(int64_t, int64_t, int64_t, const T*, T*, CudaStream) {
+  unavailable("reduce_logsumexp");
+}
+template <typename T>
+void reduce_sum_backward(int64_t, int64_t, int64_t, const T*, T*, CudaStream) {
+  unavailable("reduce_sum_backward");
+}
+template <typename T>
+void reduce_mean_backward(int64_t, int64_t, int64_t, const T*, T*, CudaStream) {
+  unavailable("reduce_mean_backward");
+}
+template <typename T>
+void reduce_index_backward(int64_t, int64_t, int64_t, const int64_t*, const T*, T*, CudaStream) {
+  unavailable("reduce_index_backward");
+}
+template <typename T>
+void reduce_logsumexp_backward(int64_t, int64_t, int64_t, const T*, const T*, const T*, T*, CudaStream) {
+  unavailable("reduce_logsumexp_backward");
+}
+
+// ---- softmax.h ----
+
+template <typename T>
+void softmax(int64_t, int64_t, int64_t, const T*, T*, CudaStream) {
+  unavailable("softmax");
+}
+template <typename T>
+void softmax_backward(int64_t, int64_t, int64_t, const T*, const T*, T*, CudaStream) {
+  unavailable("softmax_backward");
+}
+template <typename T>
+void log_softmax(int64_t, int64_t, int64_t, const T*, T*, CudaStream) {
+  unavailable("log_softmax");
+}
+template <typename T>
+void log_softmax_backward(int64_t, int64_t, int64_t, const T*, const T*, T*, CudaStream) {
+  unavailable("log_softmax_backward");
+}
+
+// ---- gemm.h ----
+
+void gemm(DType, bool, bool, int64_t, int64_t, int64_t, double, const void*, int64_t, const void*, int64_t, double,
+          void*, int64_t, CudaStream) {
+  unavailable("gemm");
+}
+void gemm_strided_batched(DType, bool, bool, int64_t, int64_t, int64_t, double, const void*, int64_t, const void*,
+                          int64_t, double, void*, int64_t, int64_t, int64_t, int64_t, int64_t, CudaStream) {
+  unavailable("gemm_strided_batched");
+}
+
+// The float and double instantiations the .cu files provide in a CUDA build.
+#define SHARDRT_INSTANTIATE_UNAVAILABLE(T)                                                                           \
+  template void unary<T>(UnaryOp, int64_t, const T*, T*, CudaStream);                                               \
+  template void unary_backward<T>(UnaryOp, int64_t, const T*, const T*, const T*, T*, CudaStream);                  \
+  template void pow_scalar<T>(int64_t, const T*, T, T*, CudaStream);                                                \
+  template void pow_scalar_backward<T>(int64_t, const T*, T, const T*, T*, CudaStream);                             \
+  template void clamp<T>(int64_t, const T*, T, T, T*, CudaStream);                                                  \
+  template void clamp_backward<T>(int64_t, const T*, T, T, const T*, T*, CudaStream);                               \
+  template void affine<T>(int64_t, const T*, T, T, T*, CudaStream);                                                 \
+  template void fill<T>(int64_t, T, T*, CudaStream);                                                                \
+  template void axpy<T>(int64_t, T, const T*, T*, CudaStream);                                                      \
+  template void binary<T>(BinaryOp, int, const int64_t*, const T*, const int64_t*, const T*, const int64_t*, T*,    \
+                          CudaStream);                                                                              \
+  template void compare<T>(CompareOp, int, const int64_t*, const T*, const int64_t*, const T*, const int64_t*,       \
+                           uint8_t*, CudaStream);                                                                   \
+  template void where<T>(int, const int64_t*, const uint8_t*, const int64_t*, const T*, const int64_t*, const T*,    \
+                         const int64_t*, T*, CudaStream);                                                           \
+  template void layernorm<T>(int64_t, int64_t, const T*, const T*, const T*, T, T*, T*, T*, CudaStream);            \
+  template void layernorm_backward<T>(int64_t, int64_t, const T*, const T*, const T*, const T*, const T*, T*, T*,    \
+                                      T*, CudaStream);                                                              \
+  template void reduce_sum<T>(int64_t, int64_t, int64_t, const T*, T*, CudaStream);                                 \
+  template void reduce_mean<T>(int64_t, int64_t, int64_t, const T*, T*, CudaStream);                                \
+  template void reduce_max<T>(int64_t, int64_t, int64_t, const T*, T*, int64_t*, CudaStream);                       \
+  template void reduce_min<T>(int64_t, int64_t, int64_t, const T*, T*, int64_t*, CudaStream);                       \
+  template void reduce_argmax<T>(int64_t, int64_t, int64_t, const T*, int64_t*, CudaStream);                        \
+  template void reduce_logsumexp<T>(int64_t, int64_t, int64_t, const T*, T*, CudaStream);                           \
+  template void reduce_sum_backward<T>(int64_t, int64_t, int64_t, const T*, T*, CudaStream);                        \
+  template void reduce_mean_backward<T>(int64_t, int64_t, int64_t, const T*, T*, CudaStream);                       \
+  template void reduce_index_backward<T>(int64_t, int64_t, int64_t, const int64_t*, const T*, T*, CudaStream);      \
+  template void reduce_logsumexp_backward<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, T*,           \
+                                             CudaStream);                                                           \
+  template void softmax<T>(int64_t, int64_t, int64_t, const T*, T*, CudaStream);                                    \
+  template void softmax_backward<T>(int64_t, int64_t, int64_t, const T*, const T*, T*, CudaStream);                 \
+  template void log_softmax<T>(int64_t, int64_t, int64_t, const T*, T*, CudaStream);                                \
+  template void log_softmax_backward<T>(int64_t, int64_t, int64_t, const T*, const T*, T*, CudaStream);
+
+SHARDRT_INSTANTIATE_UNAVAILABLE(float)
+SHARDRT_INSTANTIATE_UNAVAILABLE(double)
+#undef SHARDRT_INSTANTIATE_UNAVAILABLE
+
+}  // namespace shardrt::kernels::cuda
