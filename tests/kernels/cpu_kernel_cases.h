@@ -71,16 +71,4 @@ inline const std::vector<ConvCase>& conv_cases() {
   return cases;
 }
 
-// The geometry of a transposed conv whose kernel equals its stride: each input voxel becomes one output patch.
-inline kernels::cpu::ConvGeometry patch_geometry(int nd, int64_t batch, int64_t c_in, int64_t c_out, std::vector<int64_t> in,
-                                        std::vector<int64_t> patch) {
-  kernels::cpu::ConvGeometry g{nd, batch, c_in, c_out, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}};
-  for (int d = 0; d < nd; ++d) {
-    g.in[d] = in[d];
-    g.kernel[d] = g.stride[d] = patch[d];
-    g.out[d] = in[d] * patch[d];
-  }
-  return g;
-}
-
 }  // namespace shardrt::test

@@ -237,6 +237,17 @@ Vec ref_conv(const cpu::ConvGeometry& g, const Vec& x, const Vec& w, const Vec* 
   return y;
 }
 
+cpu::ConvGeometry patch_geometry(int nd, int64_t batch, int64_t c_in, int64_t c_out, const std::vector<int64_t>& in,
+                                 const std::vector<int64_t>& patch) {
+  cpu::ConvGeometry g{nd, batch, c_in, c_out, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}};
+  for (int d = 0; d < nd; ++d) {
+    g.in[d] = in[d];
+    g.kernel[d] = g.stride[d] = patch[d];
+    g.out[d] = in[d] * patch[d];
+  }
+  return g;
+}
+
 Vec ref_conv_transpose_patch(const cpu::ConvGeometry& g, const Vec& x, const Vec& w, const Vec* bias) {
   const int64_t in_vol = prod(g.in, 3), taps = prod(g.kernel, 3), out_vol = in_vol * taps;
   Vec y(g.batch * g.c_out * out_vol);

@@ -75,6 +75,10 @@ void ref_attention(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv, do
 // Direct convolution: y[b, co, o] = bias[co] + Σ_ci Σ_tap x[b, ci, o·stride - pad + tap·dilation] w[co, ci, tap].
 Vec ref_conv(const kernels::cpu::ConvGeometry& g, const Vec& x, const Vec& w, const Vec* bias);
 
+// The geometry of a transposed conv whose kernel equals its stride: each input voxel becomes one output patch.
+kernels::cpu::ConvGeometry patch_geometry(int nd, int64_t batch, int64_t c_in, int64_t c_out,
+                                          const std::vector<int64_t>& in, const std::vector<int64_t>& patch);
+
 // Transposed convolution with kernel == stride (each input voxel becomes one output patch):
 // y[b, co, i·kernel + tap] = bias[co] + Σ_ci x[b, ci, i] w[ci, co, tap].
 Vec ref_conv_transpose_patch(const kernels::cpu::ConvGeometry& g, const Vec& x, const Vec& w, const Vec* bias);
