@@ -56,7 +56,9 @@ inline Tensor iota(const Shape& shape) {
 }
 
 // An i64 index tensor.
-inline Tensor indices(const std::vector<double>& values, const Shape& shape) { return from_vector(values, shape, kI64); }
+inline Tensor indices(const std::vector<double>& values, const Shape& shape) {
+  return from_vector(values, shape, kI64);
+}
 
 // ---- a differentiable transposed view, to feed ops non-contiguous inputs under gradcheck ----------------------
 
@@ -198,7 +200,9 @@ inline View view_around(const Tensor& x, int dim) {
 }
 
 // Softmax (or log-softmax) of x along dim.
-inline Vec ref_softmax(const Tensor& x, int dim, bool log) { return ref_softmax(view_around(x, dim), x.to_vector(), log); }
+inline Vec ref_softmax(const Tensor& x, int dim, bool log) {
+  return ref_softmax(view_around(x, dim), x.to_vector(), log);
+}
 
 // NumPy matmul (batch dims broadcast, 1-d operands promoted); returns the values and the result shape.
 inline std::pair<Vec, Shape> ref_matmul(const Tensor& a, const Tensor& b) {

@@ -7,6 +7,14 @@ using namespace shardrt::test;
 
 namespace {
 
+using U = kernels::cpu::UnaryOp;
+
+// reference.h's formula for op, as a plain function the case table can point to.
+template <U op>
+double formula(double v) {
+  return ref_unary(op, v);
+}
+
 enum class Domain { any, positive, away_from_zero };
 
 struct UnaryCase {
@@ -29,10 +37,10 @@ const std::vector<UnaryCase>& unary_cases() {
       {"abs", [](const Tensor& x) { return abs(x); }, [](double v) { return std::abs(v); }, Domain::away_from_zero},
       {"relu", [](const Tensor& x) { return relu(x); }, [](double v) { return std::max(v, 0.0); },
        Domain::away_from_zero},
-      {"gelu", [](const Tensor& x) { return gelu(x); }, [](double v) { return ref_unary(kernels::cpu::UnaryOp::gelu_erf, v); }, Domain::any},
-      {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::tanh); }, [](double v) { return ref_unary(kernels::cpu::UnaryOp::gelu_tanh, v); }, Domain::any},
-      {"silu", [](const Tensor& x) { return silu(x); }, [](double v) { return ref_unary(kernels::cpu::UnaryOp::silu, v); }, Domain::any},
-      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, [](double v) { return ref_unary(kernels::cpu::UnaryOp::sigmoid, v); }, Domain::any},
+      {"gelu", [](const Tensor& x) { return gelu(x); }, formula<U::gelu_erf>, Domain::any},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::tanh); }, formula<U::gelu_tanh>, Domain::any},
+      {"silu", [](const Tensor& x) { return silu(x); }, formula<U::silu>, Domain::any},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, formula<U::sigmoid>, Domain::any},
       {"pow_scalar 2.5", [](const Tensor& x) { return pow_scalar(x, 2.5); }, [](double v) { return std::pow(v, 2.5); },
        Domain::positive},
       {"pow_scalar 3", [](const Tensor& x) { return pow_scalar(x, 3.0); }, [](double v) { return v * v * v; },
@@ -82,7 +90,7 @@ TEST_CASE("unary ops: saved outputs give the same grads as the closed forms", "[
   backward(sigmoid(x), g);
   const Vec xv = x.to_vector(), gv = g.to_vector();
   Vec want(5);
-  for (int i = 0; i < 5; ++i) want[i] = gv[i] * ref_unary(kernels::cpu::UnaryOp::sigmoid, xv[i]) * (1 - ref_unary(kernels::cpu::UnaryOp::sigmoid, xv[i]));
+  for (int i = 0; i < 5; ++i) want[i] = gv[i] * formula<U::sigmoid>(xv[i]) * (1 - formula<U::sigmoid>(xv[i]));
   require_close(grad_of(x), want);
 }
 
