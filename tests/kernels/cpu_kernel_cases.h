@@ -46,8 +46,8 @@ struct AttnData {
   void forward(Vec& out, Vec& lse) const {
     out.assign(s.BH * s.Nq * s.Dv, 0.0);
     lse.assign(s.BH * s.Nq, 0.0);
-    kernels::cpu::attention_forward<double>(s.BH, s.Nq, s.Nk, s.D, s.Dv, scale, q.data(), k.data(), v.data(), out.data(),
-                                   lse.data());
+    kernels::cpu::attention_forward<double>(s.BH, s.Nq, s.Nk, s.D, s.Dv, scale, q.data(), k.data(), v.data(),
+                                            out.data(), lse.data());
   }
 };
 
@@ -56,8 +56,8 @@ struct ConvCase {
   int64_t batch, c_in, c_out;
   std::vector<int64_t> in, kernel, stride, pad, dilation;
   kernels::cpu::ConvGeometry geometry() const {
-    return kernels::cpu::make_conv_geometry(nd, batch, c_in, c_out, in.data(), kernel.data(), stride.data(), pad.data(),
-                                   dilation.data());
+    return kernels::cpu::make_conv_geometry(nd, batch, c_in, c_out, in.data(), kernel.data(), stride.data(),
+                                            pad.data(), dilation.data());
   }
 };
 

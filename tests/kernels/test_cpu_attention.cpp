@@ -20,7 +20,8 @@ TEST_CASE("attention forward matches the naive softmax(scale·QKᵀ)·V", "[kern
     const AttnData data(shape, 11);
     Vec out, lse, want_out, want_lse;
     data.forward(out, lse);
-    ref_attention(shape.BH, shape.Nq, shape.Nk, shape.D, shape.Dv, data.scale, data.q, data.k, data.v, want_out, want_lse);
+    ref_attention(shape.BH, shape.Nq, shape.Nk, shape.D, shape.Dv, data.scale, data.q, data.k, data.v, want_out,
+                  want_lse);
     require_close(out, want_out, 1e-12);
     require_close(lse, want_lse, 1e-12);
   }
