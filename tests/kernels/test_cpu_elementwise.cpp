@@ -1,6 +1,7 @@
 // kernels/cpu/elementwise: unary maps, pow_scalar, clamp, affine/fill/axpy, broadcasting binary, compare and
 // where through strides, against fp64 references; backward kernels against central finite differences.
 #include <catch2/catch.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -8,62 +9,12 @@
 #include "kernels/cpu/elementwise.h"
 #include "tests/support/compare.h"
 #include "tests/support/reference.h"
+#include "tests/support/strided_operand.h"
 
 namespace cpu = shardrt::kernels::cpu;
 using namespace shardrt::test;
 
 namespace {
-
-// Element offset of flat row-major index i of `shape` in an operand with `strides`.
-int64_t strided_offset(int64_t i, const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
-  int64_t off = 0;
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    off += (i % shape[d]) * strides[d];
-    i /= shape[d];
-  }
-  return off;
-}
-
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
-
-// A strided input: `data` holds every element the strides can reach, and `base` is where index 0 lies (past the
-// start when a stride is negative).
-struct Operand {
-  Vec data;
-  std::vector<int64_t> strides;
-  int64_t base = 0;
-  double at(int64_t flat, const std::vector<int64_t>& shape) const {
-    return data[base + strided_offset(flat, shape, strides)];
-  }
-};
-
-Operand make_operand(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, const Vec& pool,
-                     uint64_t seed) {
-  Operand op;
-  op.strides = strides;
-  int64_t span = 1;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 0) continue;
-    span += (shape[d] - 1) * std::abs(strides[d]);
-    if (strides[d] < 0) op.base += (shape[d] - 1) * -strides[d];
-  }
-  std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<size_t> pick(0, pool.size() - 1);
-  op.data.resize(static_cast<size_t>(span));
-  for (double& e : op.data) e = pool[pick(gen)];
-  return op;
-}
-
-struct BroadcastCase {
-  const char* name;
-  std::vector<int64_t> shape;
-  std::vector<int64_t> a_strides;
-  std::vector<int64_t> b_strides;
-};
 
 // Contiguous, scalar and row/column broadcasts, transposed and reversed inputs, size-1 dimensions, 0-d, an empty
 // output, and one case large enough to be split into chunks that end mid-row.
