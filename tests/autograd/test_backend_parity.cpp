@@ -232,8 +232,8 @@ struct Run {
 // Runs c.fn on the inputs cast to `dtype` on `device`, then backpropagates a random grad_output drawn from
 // grad_seed for the output's shape and rounded to the case's dtype (skipped when the output carries no grad).
 Run run_case(const ParityCase& c, const std::vector<Tensor>& inputs, uint64_t grad_seed, DType dtype, Device device) {
-  std::vector<Tensor> leaves;
-  for (const Tensor& x : inputs) leaves.push_back(requiring_grad(x.to(dtype).to(device)));
+  std::vector<Tensor> leaves;  // fresh leaves: to() returns x itself when nothing changes, and x is shared by runs
+  for (const Tensor& x : inputs) leaves.push_back(requiring_grad(x.to(dtype).to(device).detach()));
   const Tensor out = c.fn(leaves);
   Run r{out.to(Device::cpu()).to(DType::f64), {}, requires_grad(out)};
   if (r.backpropagated) {
@@ -329,13 +329,15 @@ TEST_CASE("backend parity harness: every f32 case on the cpu matches its f64 ora
   CHECK(checked == cases.size() / 2);
 }
 
-TEST_CASE("backend parity harness: a wrong output, a wrong grad and a missing grad are reported", "[backend]") {
+TEST_CASE("backend parity harness: a rerun agrees exactly; a wrong output, grad or shape is reported", "[backend]") {
   const std::vector<ParityCase> cases = parity_cases();
   const ParityCase& c = cases.front();  // neg [f32]
   REQUIRE(c.name == "neg [f32]");
   const std::vector<Tensor> inputs = case_inputs(c, case_seed(0));
   const Run want = run_case(c, inputs, case_seed(0) + 1, DType::f64, Device::cpu());
   CHECK(mismatch(want, want, 0.0).empty());
+  // Runs share the input tensors but not their grads: a second run does not accumulate onto the first.
+  CHECK(mismatch(run_case(c, inputs, case_seed(0) + 1, DType::f64, Device::cpu()), want, 0.0).empty());
 
   Run wrong_out = want;
   wrong_out.out = mul_scalar(want.out, 1.0 + 1e-4);

@@ -1,6 +1,7 @@
 // kernels/cpu/attention: the blocked online-softmax forward against the naive softmax(scale·QKᵀ)·V, no keys, and
 // the backward against central finite differences with and without grad_lse.
 #include <catch2/catch.hpp>
+
 #include <cmath>
 #include <vector>
 

@@ -1,6 +1,7 @@
 // kernels/cpu/conv: output sizes, the im2col forward against direct loops in 1, 2 and 3 d (also over several
 // im2col chunks), the transposed patch conv, and every backward against finite differences or the adjoint.
 #include <catch2/catch.hpp>
+
 #include <cstdint>
 #include <vector>
 

@@ -1,6 +1,7 @@
 // Properties that hold across kernel families: the float instantiations agree with the double ones, and results
 // do not depend on the OpenMP thread count (bit for bit).
 #include <catch2/catch.hpp>
+
 #include <cstdint>
 #include <random>
 #include <vector>

@@ -1,6 +1,7 @@
 // kernels/cpu/gemm: gemm and gemm_batched against the fp64 triple loop, every transpose, padded leading
 // dimensions, shared (stride 0) operands and degenerate sizes.
 #include <catch2/catch.hpp>
+
 #include <vector>
 
 #include "kernels/cpu/gemm.h"

@@ -1,6 +1,7 @@
 // kernels/cpu/index: index_select / index_add and gather / scatter_add, each pair checked as adjoints by finite
 // differences, with repeated indices.
 #include <catch2/catch.hpp>
+
 #include <cstdint>
 #include <random>
 #include <vector>

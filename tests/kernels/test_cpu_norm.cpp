@@ -1,6 +1,7 @@
 // kernels/cpu/norm: layernorm and groupnorm against the fp64 two-pass reference (also far from zero in float);
 // backward kernels against central finite differences.
 #include <catch2/catch.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <vector>

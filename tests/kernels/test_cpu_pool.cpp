@@ -1,5 +1,6 @@
 // kernels/cpu/pool: avg and max pooling against direct loops and finite differences, and padding rules.
 #include <catch2/catch.hpp>
+
 #include <cstdint>
 #include <vector>
 

@@ -1,6 +1,7 @@
 // kernels/cpu/reduce: sum, mean, max/min with index, argmax and logsumexp against fp64 column references (ties,
 // NaN, infinities, empty axes, long float sums); backward kernels against central finite differences.
 #include <catch2/catch.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <vector>

@@ -1,6 +1,7 @@
 // kernels/cpu/shape_ops: cat / split / copy_block as inverse copies, and pad in every mode against PyTorch's
 // F.pad values and a mirroring reference, pad_backward against finite differences.
 #include <catch2/catch.hpp>
+
 #include <cstdint>
 #include <vector>
 

@@ -1,6 +1,7 @@
 // kernels/cpu/softmax: softmax and log_softmax against the fp64 definition, -inf entries, and both backward
 // kernels against central finite differences.
 #include <catch2/catch.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <vector>

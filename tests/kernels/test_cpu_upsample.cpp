@@ -1,6 +1,7 @@
 // kernels/cpu/upsample: nearest and linear resampling against PyTorch's values and source-index formulas, the
 // backward against finite differences.
 #include <catch2/catch.hpp>
+
 #include <cstdint>
 #include <vector>
 
