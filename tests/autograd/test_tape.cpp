@@ -12,13 +12,12 @@
 #include "autograd/tape.h"
 #include "runtime/errors.h"
 #include "runtime/factories.h"
+#include "tests/autograd/op_testing.h"
 
 using namespace shardrt;
+using namespace shardrt::test;
 
 namespace {
-
-using Vec = std::vector<double>;
-const TensorOptions kF64{DType::f64, Device::cpu()};
 
 Tensor leaf(const Vec& values) {
   Tensor t = from_vector(values, {static_cast<int64_t>(values.size())}, kF64);
@@ -28,12 +27,7 @@ Tensor leaf(const Vec& values) {
 
 void require_values(const Tensor& t, const Vec& want) {
   REQUIRE(t.defined());
-  const Vec got = t.to_vector();
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    INFO("element " << i);
-    REQUIRE(got[i] == Approx(want[i]).epsilon(1e-12).margin(1e-12));
-  }
+  require_close(t.to_vector(), want, 1e-12);
 }
 
 // A two-output op, (2 x, x^2), written like any other op; its backward records how many calls saw a defined

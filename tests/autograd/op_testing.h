@@ -1,11 +1,12 @@
-// Shared by the dense local-op tests: input makers, plain reference loops and the gradcheck / f32 / zero-size
-// assertions.
+// Shared by the autograd op tests: input makers, Tensor-level adapters onto the fp64 references of
+// tests/support/reference.h, and the gradcheck / f32 / zero-size assertions.
 #pragma once
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -15,16 +16,17 @@
 #include "autograd/tape.h"
 #include "runtime/errors.h"
 #include "runtime/factories.h"
+#include "tests/support/compare.h"
+#include "tests/support/reference.h"
 
-using namespace shardrt;
+namespace shardrt::test {
 
-namespace {
-
-using Vec = std::vector<double>;
 using Index = std::vector<int64_t>;
 using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-const TensorOptions kF64{DType::f64, Device::cpu()};
+inline const TensorOptions kF64{DType::f64, Device::cpu()};
+inline const TensorOptions kI64{DType::i64, Device::cpu()};
+
 
 // ---- inputs -------------------------------------------------------------------------------------------------
 
@@ -45,6 +47,19 @@ inline Tensor requiring_grad(Tensor t) {
   return t;
 }
 
+// A standard-normal f64 leaf that requires grad.
+inline Tensor leaf(const Shape& shape, Generator& gen) { return requiring_grad(normal(shape, gen)); }
+
+// 0, 1, 2, ... as an f64 tensor of `shape`.
+inline Tensor iota(const Shape& shape) {
+  return arange(0, static_cast<double>(shape_numel(shape)), 1, kF64).reshape(shape);
+}
+
+// An i64 index tensor.
+inline Tensor indices(const std::vector<double>& values, const Shape& shape) {
+  return from_vector(values, shape, kI64);
+}
+
 // ---- a differentiable transposed view, to feed ops non-contiguous inputs under gradcheck ----------------------
 
 struct SwapLastCtx {};
@@ -60,25 +75,32 @@ inline Tensor swap_last(const Tensor& x) {
 
 // ---- checks ---------------------------------------------------------------------------------------------------
 
-// |got - want| <= tol * (1 + |want|) elementwise; NaN matches NaN.
-inline void require_close(const Vec& got, const Vec& want, double tol = 1e-12) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::isnan(want[i]) && std::isnan(got[i])) continue;
-    INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
-    REQUIRE(std::abs(got[i] - want[i]) <= tol * (1.0 + std::abs(want[i])));
-  }
-}
-
 inline void require_close(const Tensor& got, const Vec& want, double tol = 1e-12) {
   require_close(got.to_vector(), want, tol);
 }
 
-inline void require_gradcheck(const OpFn& fn, const std::vector<Tensor>& inputs) {
-  GradcheckResult r = gradcheck([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in)}; }, inputs);
+// The shape, and the values to 1e-14 relative (with the same absolute floor).
+inline void require_values(const Tensor& t, const Shape& shape, const Vec& want) {
+  REQUIRE(t.shape() == shape);
+  require_close(t.to_vector(), want, 1e-14);
+}
+
+// The shape, and exactly these values: for ops that only move elements.
+inline void require_exact(const Tensor& t, const Shape& shape, const Vec& want) {
+  REQUIRE(t.shape() == shape);
+  REQUIRE(t.to_vector() == want);
+}
+
+inline void require_gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs) {
+  const GradcheckResult r = gradcheck(fn, inputs);
   INFO(r.report);
   REQUIRE(r.ok);
   REQUIRE(r.any_nonzero_grad);
+}
+
+inline void require_gradcheck(const OpFn& fn, const std::vector<Tensor>& inputs) {
+  require_gradcheck(GradcheckFn([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in)}; }),
+                    inputs);
 }
 
 // The op run on f32 copies of the floating inputs agrees with the f64 run.
@@ -106,7 +128,7 @@ inline void require_zero_size_ok(const OpFn& fn, std::vector<Tensor> inputs, con
   }
 }
 
-// ---- reference loops ------------------------------------------------------------------------------------------
+// ---- Tensor-level references (over tests/support/reference.h) -------------------------------------------------
 
 inline Index unravel(int64_t flat, const Shape& shape) {
   Index idx(shape.size());
@@ -150,52 +172,39 @@ inline Vec ref_reduce(const Tensor& x, std::vector<int> dims, Ref op) {
   std::vector<bool> reduced(nd, dims.empty());
   for (int d : dims) reduced[d < 0 ? d + nd : d] = true;
   Shape kept = x.shape();
-  int64_t n = 1;
   for (int d = 0; d < nd; ++d)
-    if (reduced[d]) n *= kept[d], kept[d] = 1;
+    if (reduced[d]) kept[d] = 1;
   const Vec v = x.to_vector();
   std::vector<Vec> groups(shape_numel(kept));
   for (int64_t i = 0; i < x.numel(); ++i) groups[broadcast_flat(kept, unravel(i, x.shape()))].push_back(v[i]);
   Vec r;
   for (const Vec& g : groups) {
-    double acc = 0, mx = -INFINITY, mn = INFINITY;
-    for (double e : g) acc += e, mx = std::max(mx, e), mn = std::min(mn, e);
-    double lse = 0;
-    for (double e : g) lse += std::exp(e - mx);
     switch (op) {
-      case Ref::sum: r.push_back(acc); break;
-      case Ref::mean: r.push_back(acc / static_cast<double>(n)); break;
-      case Ref::max: r.push_back(mx); break;
-      case Ref::min: r.push_back(mn); break;
-      case Ref::logsumexp: r.push_back(mx + std::log(lse)); break;
+      case Ref::sum: r.push_back(col_sum(g)); break;
+      case Ref::mean: r.push_back(col_sum(g) / static_cast<double>(g.size())); break;
+      case Ref::max: r.push_back(col_max(g)); break;
+      case Ref::min: r.push_back(col_min(g)); break;
+      case Ref::logsumexp: r.push_back(col_logsumexp(g)); break;
     }
   }
   return r;
 }
 
-// Softmax (or log-softmax) of x along dim by loops.
-inline Vec ref_softmax(const Tensor& x, int dim, bool log) {
+// x seen as (outer, n, inner) around dim.
+inline View view_around(const Tensor& x, int dim) {
   const int d = dim < 0 ? dim + x.dim() : dim;
-  const Vec v = x.to_vector();
-  Vec r(v.size());
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    Index idx = unravel(i, x.shape());
-    double mx = -INFINITY;
-    for (int64_t k = 0; k < x.size(d); ++k) {
-      idx[d] = k;
-      mx = std::max(mx, v[broadcast_flat(x.shape(), idx)]);
-    }
-    double total = 0;
-    for (int64_t k = 0; k < x.size(d); ++k) {
-      idx[d] = k;
-      total += std::exp(v[broadcast_flat(x.shape(), idx)] - mx);
-    }
-    r[i] = log ? v[i] - mx - std::log(total) : std::exp(v[i] - mx) / total;
-  }
-  return r;
+  View v{1, x.size(d), 1};
+  for (int e = 0; e < d; ++e) v.outer *= x.size(e);
+  for (int e = d + 1; e < x.dim(); ++e) v.inner *= x.size(e);
+  return v;
 }
 
-// NumPy matmul by loops; returns the values and the result shape.
+// Softmax (or log-softmax) of x along dim.
+inline Vec ref_softmax(const Tensor& x, int dim, bool log) {
+  return ref_softmax(view_around(x, dim), x.to_vector(), log);
+}
+
+// NumPy matmul (batch dims broadcast, 1-d operands promoted); returns the values and the result shape.
 inline std::pair<Vec, Shape> ref_matmul(const Tensor& a, const Tensor& b) {
   Shape as = a.shape(), bs = b.shape();
   if (as.size() == 1) as.insert(as.begin(), 1);
@@ -204,16 +213,11 @@ inline std::pair<Vec, Shape> ref_matmul(const Tensor& a, const Tensor& b) {
   const Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
   const Shape batch = broadcast_shapes(ab, bb, "ref");
   const Vec av = a.to_vector(), bv = b.to_vector();
-  Vec out;
+  Vec out(shape_numel(batch) * M * N);
   for (int64_t i = 0; i < shape_numel(batch); ++i) {
     const Index idx = unravel(i, batch);
     const int64_t ao = broadcast_flat(ab, idx) * M * K, bo = broadcast_flat(bb, idx) * K * N;
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) {
-        double acc = 0;
-        for (int64_t k = 0; k < K; ++k) acc += av[ao + m * K + k] * bv[bo + k * N + n];
-        out.push_back(acc);
-      }
+    ref_gemm(false, false, M, N, K, 1.0, av.data() + ao, K, bv.data() + bo, N, 0.0, out.data() + i * M * N, N);
   }
   Shape shape = batch;
   if (a.dim() > 1) shape.push_back(M);
@@ -221,28 +225,4 @@ inline std::pair<Vec, Shape> ref_matmul(const Tensor& a, const Tensor& b) {
   return {out, shape};
 }
 
-// Normalises consecutive blocks of `block` elements of v; the affine parameter of element i is param(i).
-inline Vec ref_normalize(const Vec& v, int64_t block, double eps, const std::function<double(int64_t)>& scale,
-                  const std::function<double(int64_t)>& shift) {
-  Vec r(v.size());
-  for (size_t start = 0; start < v.size(); start += block) {
-    double mu = 0, var = 0;
-    for (int64_t j = 0; j < block; ++j) mu += v[start + j];
-    mu /= static_cast<double>(block);
-    for (int64_t j = 0; j < block; ++j) var += (v[start + j] - mu) * (v[start + j] - mu);
-    var /= static_cast<double>(block);
-    for (int64_t j = 0; j < block; ++j) {
-      const int64_t i = static_cast<int64_t>(start) + j;
-      r[i] = (v[i] - mu) / std::sqrt(var + eps) * scale(i) + shift(i);
-    }
-  }
-  return r;
-}
-
-inline double gelu_erf_ref(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
-inline double gelu_tanh_ref(double v) {
-  return 0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
-}
-inline double sigmoid_ref(double v) { return 1 / (1 + std::exp(-v)); }
-
-}  // namespace
+}  // namespace shardrt::test

@@ -1,10 +1,20 @@
-// Dense local ops, part 1: broadcasting binary ops and unary ops: forward values against plain loops, fp64
-// gradchecks (broadcasting, non-contiguous inputs, zero-size tensors), f32 forwards against f64.
-#include "ops_dense_testing.h"
+// autograd/ops/binary: broadcasting binary ops, scalar ops, comparisons and where: forward values against plain
+// loops, fp64 gradchecks with broadcasting and strided inputs, which operands get grads, tie rules.
+#include "tests/autograd/op_testing.h"
 
-// ==== binary ops ==================================================================================================
+using namespace shardrt;
+using namespace shardrt::test;
 
 namespace {
+
+using B = kernels::cpu::BinaryOp;
+
+// reference.h's formula for op, as a plain function the case table can point to.
+template <B op>
+double formula(double a, double b) {
+  return ref_binary(op, a, b);
+}
+
 struct BinaryCase {
   const char* name;
   Tensor (*op)(const Tensor&, const Tensor&);
@@ -15,13 +25,13 @@ struct BinaryCase {
 
 const std::vector<BinaryCase>& binary_cases() {
   static const std::vector<BinaryCase> cases = {
-      {"add", add, [](double a, double b) { return a + b; }, false, false},
-      {"sub", sub, [](double a, double b) { return a - b; }, false, false},
-      {"mul", mul, [](double a, double b) { return a * b; }, false, false},
-      {"div", div, [](double a, double b) { return a / b; }, false, true},
-      {"pow", pow, [](double a, double b) { return std::pow(a, b); }, true, false},
-      {"maximum", maximum, [](double a, double b) { return std::max(a, b); }, false, false},
-      {"minimum", minimum, [](double a, double b) { return std::min(a, b); }, false, false},
+      {"add", add, formula<B::add>, false, false},
+      {"sub", sub, formula<B::sub>, false, false},
+      {"mul", mul, formula<B::mul>, false, false},
+      {"div", div, formula<B::div>, false, true},
+      {"pow", pow, formula<B::pow>, true, false},
+      {"maximum", maximum, formula<B::maximum>, false, false},
+      {"minimum", minimum, formula<B::minimum>, false, false},
   };
   return cases;
 }
@@ -31,6 +41,7 @@ Tensor binary_operand(const BinaryCase& c, bool first, const Shape& shape, Gener
   if (!first && c.nonzero_b) return away_from_zero(shape, gen);
   return normal(shape, gen);
 }
+
 }  // namespace
 
 TEST_CASE("binary ops: forward values with broadcasting", "[dense]") {
@@ -159,110 +170,3 @@ TEST_CASE("where: forward with broadcasting, u8 and bool conditions, gradcheck",
   require_f32_matches_f64(op, {normal({2, 3, 4}, gen), normal({4}, gen)});
   require_zero_size_ok(op, {zeros({0, 3, 4}, kF64), zeros({4}, kF64)}, {0, 3, 4});
 }
-
-// ==== unary ops ===================================================================================================
-
-namespace {
-enum class Domain { any, positive, away_from_zero };
-
-struct UnaryCase {
-  const char* name;
-  std::function<Tensor(const Tensor&)> op;
-  double (*ref)(double);
-  Domain domain;
-};
-
-const std::vector<UnaryCase>& unary_cases() {
-  static const std::vector<UnaryCase> cases = {
-      {"neg", [](const Tensor& x) { return neg(x); }, [](double v) { return -v; }, Domain::any},
-      {"exp", [](const Tensor& x) { return exp(x); }, [](double v) { return std::exp(v); }, Domain::any},
-      {"log", [](const Tensor& x) { return log(x); }, [](double v) { return std::log(v); }, Domain::positive},
-      {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double v) { return std::sqrt(v); }, Domain::positive},
-      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, [](double v) { return 1 / std::sqrt(v); },
-       Domain::positive},
-      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double v) { return std::tanh(v); }, Domain::any},
-      {"erf", [](const Tensor& x) { return erf(x); }, [](double v) { return std::erf(v); }, Domain::any},
-      {"abs", [](const Tensor& x) { return abs(x); }, [](double v) { return std::abs(v); }, Domain::away_from_zero},
-      {"relu", [](const Tensor& x) { return relu(x); }, [](double v) { return std::max(v, 0.0); },
-       Domain::away_from_zero},
-      {"gelu", [](const Tensor& x) { return gelu(x); }, gelu_erf_ref, Domain::any},
-      {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::tanh); }, gelu_tanh_ref, Domain::any},
-      {"silu", [](const Tensor& x) { return silu(x); }, [](double v) { return v * sigmoid_ref(v); }, Domain::any},
-      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, sigmoid_ref, Domain::any},
-      {"pow_scalar 2.5", [](const Tensor& x) { return pow_scalar(x, 2.5); }, [](double v) { return std::pow(v, 2.5); },
-       Domain::positive},
-      {"pow_scalar 3", [](const Tensor& x) { return pow_scalar(x, 3.0); }, [](double v) { return v * v * v; },
-       Domain::any},
-      {"clamp", [](const Tensor& x) { return clamp(x, -0.6, 0.4); }, [](double v) { return std::clamp(v, -0.6, 0.4); },
-       Domain::any},
-  };
-  return cases;
-}
-
-Tensor unary_input(Domain d, const Shape& shape, Generator& gen) {
-  switch (d) {
-    case Domain::positive: return uniform(shape, gen, 0.3, 2.0);
-    case Domain::away_from_zero: return away_from_zero(shape, gen);
-    case Domain::any: break;
-  }
-  // Normal values nudged away from clamp's bounds, the only kinks among the Domain::any ops.
-  Vec v = normal(shape, gen).to_vector();
-  for (double& e : v)
-    for (double bound : {-0.6, 0.4})
-      if (std::abs(e - bound) < 0.05) e += 0.1;
-  return from_vector(v, shape, kF64);
-}
-}  // namespace
-
-TEST_CASE("unary ops: forward values, gradcheck, strided and zero-size inputs", "[dense]") {
-  Generator gen(21);
-  for (const UnaryCase& c : unary_cases()) {
-    INFO(c.name);
-    Tensor x = requiring_grad(unary_input(c.domain, {2, 3}, gen));
-    require_close(c.op(x), ref_map(x, c.ref));
-    require_close(c.op(x.transpose(0, 1)), ref_map(x.transpose(0, 1), c.ref));
-    require_gradcheck([&](const std::vector<Tensor>& in) { return c.op(in[0]); }, {x});
-    require_gradcheck([&](const std::vector<Tensor>& in) { return c.op(swap_last(in[0])); },
-                      {requiring_grad(unary_input(c.domain, {2, 3}, gen))});
-    require_zero_size_ok([&](const std::vector<Tensor>& in) { return c.op(in[0]); }, {zeros({0, 3}, kF64)}, {0, 3});
-    require_f32_matches_f64([&](const std::vector<Tensor>& in) { return c.op(in[0]); },
-                            {unary_input(c.domain, {3, 4}, gen)});
-  }
-}
-
-TEST_CASE("unary ops: saved outputs give the same grads as the closed forms", "[dense]") {
-  Generator gen(22);
-  Tensor x = requiring_grad(normal({5}, gen));
-  Tensor g = normal({5}, gen);
-  backward(sigmoid(x), g);
-  const Vec xv = x.to_vector(), gv = g.to_vector();
-  Vec want(5);
-  for (int i = 0; i < 5; ++i) want[i] = gv[i] * sigmoid_ref(xv[i]) * (1 - sigmoid_ref(xv[i]));
-  require_close(grad_of(x), want);
-}
-
-TEST_CASE("to_dtype: casts any dtype, grads cast back, integer results carry no grad", "[dense]") {
-  Generator gen(23);
-  Tensor x = requiring_grad(normal({2, 3}, gen));
-  Tensor y = to_dtype(x, DType::f32);
-  REQUIRE(y.dtype() == DType::f32);
-  REQUIRE(requires_grad(y));
-  require_close(y, x.to_vector(), 1e-7);
-  Tensor g = normal({2, 3}, gen).to(DType::f32);
-  backward(y, g);
-  REQUIRE(grad_of(x).dtype() == DType::f64);
-  require_close(grad_of(x), g.to_vector());
-
-  Tensor i = to_dtype(from_vector({1.7, -2.2, 3.0}, {3}, kF64), DType::i64);
-  REQUIRE(i.dtype() == DType::i64);
-  require_close(i, {1, -2, 3});
-  Tensor xi = to_dtype(x, DType::i32);
-  REQUIRE_FALSE(requires_grad(xi));
-  require_close(to_dtype(i, DType::f64), {1, -2, 3});
-  require_close(to_dtype(x, DType::bf16), x.to_vector(), 1e-2);
-
-  require_gradcheck([](const std::vector<Tensor>& in) { return to_dtype(in[0], DType::f64); }, {x});
-  require_zero_size_ok([](const std::vector<Tensor>& in) { return to_dtype(in[0], DType::f32); },
-                       {zeros({0, 2}, kF64)}, {0, 2});
-}
-

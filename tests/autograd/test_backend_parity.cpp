@@ -1,0 +1,363 @@
+// Backend parity at the op level, in the style of ggml's test-backend-ops: one table of cases, each an autograd
+// expression over random inputs, run on the CPU (the oracle) and on cuda:0 with the same inputs and the same random
+// grad_output; the output and the grad of every input must agree. The op level reaches the CUDA kernels through
+// the paths a model uses (broadcast strides, non-contiguous inputs, the backward composition), which the kernel
+// tests cannot.
+//
+// Without a GPU the CUDA run is skipped with a warning, and the same table still runs on the CPU as a check of the
+// harness and of the f32 tolerances: every f32 case against its f64 oracle on the same (f32-rounded) inputs.
+#include <exception>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda_context.h"
+#include "tests/autograd/op_testing.h"
+
+using namespace shardrt;
+using namespace shardrt::test;
+
+namespace {
+
+// ---- the table ------------------------------------------------------------------------------------------------
+
+// Where an input's values are drawn: ops with a restricted domain (log, sqrt, pow's base), kinks at 0 (abs,
+// relu), division, and comparisons that need ties (a quarter grid makes equal pairs common).
+enum class Domain { normal, positive, away_from_zero, quarter_grid };
+
+using CaseFn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+struct ParityCase {
+  std::string name;
+  std::vector<Shape> inputs;  // every input is a leaf of `dtype` that requires grad
+  DType dtype;
+  double tol;  // |got - want| <= tol * (1 + |want|) elementwise, for the output and every input grad
+  Domain domain;
+  CaseFn fn;
+};
+
+// Against an oracle in the same dtype on another backend, f64 differs only by summation order and libm ulps.
+constexpr double kF64Tol = 1e-10;
+
+// One row of the table before it is expanded into an f32 and an f64 case. f32_tol bounds a CPU f32 run against
+// the f64 oracle: 1e-6 for elementwise ops, 1e-5 where values are accumulated (reductions, matmul, norms,
+// losses), 0 for exact results (comparisons, argmax). The measured CPU errors are 5x to 1000x below these.
+struct Op {
+  const char* name;
+  std::vector<Shape> inputs;
+  double f32_tol;
+  Domain domain;
+  CaseFn fn;
+};
+
+// Fixed class targets for cross_entropy, on the logits' device.
+Tensor targets_like(const Tensor& logits) {
+  return from_vector({4, 0, 2, 2, 1, 3}, {6}, {DType::i64, Device::cpu()}).to(logits.device());
+}
+
+DType other_float(DType t) { return t == DType::f32 ? DType::f64 : DType::f32; }
+
+std::vector<Op> ops() {
+  using In = const std::vector<Tensor>&;
+  const Shape m = {7, 33};
+  return {
+      // ---- unary (autograd/ops/unary.cpp) ----
+      {"neg", {m}, 1e-6, Domain::normal, [](In x) { return neg(x[0]); }},
+      {"exp", {m}, 1e-6, Domain::normal, [](In x) { return exp(x[0]); }},
+      {"log", {m}, 1e-6, Domain::positive, [](In x) { return log(x[0]); }},
+      {"sqrt", {m}, 1e-6, Domain::positive, [](In x) { return sqrt(x[0]); }},
+      {"rsqrt", {m}, 1e-6, Domain::positive, [](In x) { return rsqrt(x[0]); }},
+      {"tanh", {m}, 1e-6, Domain::normal, [](In x) { return tanh(x[0]); }},
+      {"erf", {m}, 1e-6, Domain::normal, [](In x) { return erf(x[0]); }},
+      {"abs", {m}, 1e-6, Domain::away_from_zero, [](In x) { return abs(x[0]); }},
+      {"relu", {m}, 1e-6, Domain::away_from_zero, [](In x) { return relu(x[0]); }},
+      {"gelu erf", {m}, 1e-6, Domain::normal, [](In x) { return gelu(x[0]); }},
+      {"gelu tanh", {m}, 1e-6, Domain::normal, [](In x) { return gelu(x[0], GeluApprox::tanh); }},
+      {"silu", {m}, 1e-6, Domain::normal, [](In x) { return silu(x[0]); }},
+      {"sigmoid", {m}, 1e-6, Domain::normal, [](In x) { return sigmoid(x[0]); }},
+      {"pow_scalar 2.5", {m}, 1e-6, Domain::positive, [](In x) { return pow_scalar(x[0], 2.5); }},
+      {"pow_scalar 3", {m}, 1e-6, Domain::normal, [](In x) { return pow_scalar(x[0], 3.0); }},
+      {"pow_scalar 0", {m}, 1e-6, Domain::normal, [](In x) { return add(pow_scalar(x[0], 0.0), x[0]); }},
+      {"clamp", {m}, 1e-6, Domain::normal, [](In x) { return clamp(x[0], -0.6, 0.4); }},
+      {"add_scalar, mul_scalar", {m}, 1e-6, Domain::normal,
+       [](In x) { return add_scalar(mul_scalar(x[0], -1.5), 0.25); }},
+      {"to_dtype there and back", {m}, 1e-6, Domain::normal,
+       [](In x) { return to_dtype(to_dtype(x[0], other_float(x[0].dtype())), x[0].dtype()); }},
+      {"exp of a transposed view", {{33, 7}}, 1e-6, Domain::normal, [](In x) { return exp(transpose(x[0], 0, 1)); }},
+      {"gelu of a narrowed view", {m}, 1e-6, Domain::normal, [](In x) { return gelu(narrow(x[0], 1, 3, 20)); }},
+      {"tanh over many blocks", {{3, 4099}}, 1e-6, Domain::normal, [](In x) { return tanh(x[0]); }},
+
+      // ---- binary, comparisons, where (autograd/ops/binary.cpp) ----
+      {"add, row broadcast", {m, {33}}, 1e-6, Domain::normal, [](In x) { return add(x[0], x[1]); }},
+      {"sub, outer broadcast", {{7, 1}, {1, 33}}, 1e-6, Domain::normal, [](In x) { return sub(x[0], x[1]); }},
+      {"mul, rank-3 broadcast", {{4, 1, 5}, {3, 1}}, 1e-6, Domain::normal, [](In x) { return mul(x[0], x[1]); }},
+      {"div, column broadcast", {m, {7, 1}}, 1e-6, Domain::away_from_zero, [](In x) { return div(x[0], x[1]); }},
+      {"pow", {{5, 6}, {6}}, 1e-6, Domain::positive, [](In x) { return pow(x[0], x[1]); }},
+      {"maximum", {{3, 4, 5}, {4, 1}}, 1e-6, Domain::normal, [](In x) { return maximum(x[0], x[1]); }},
+      {"minimum, scalar operand", {{6, 5}, {1}}, 1e-6, Domain::normal, [](In x) { return minimum(x[0], x[1]); }},
+      {"add of a transposed and a contiguous operand", {{33, 7}, m}, 1e-6, Domain::normal,
+       [](In x) { return add(transpose(x[0], 0, 1), x[1]); }},
+      {"add over many blocks", {{3, 4099}, {4099}}, 1e-6, Domain::normal, [](In x) { return add(x[0], x[1]); }},
+      {"mul with 8 broadcast dims", {{2, 3, 1, 2, 3, 2, 1, 3}, {3, 2, 1, 3, 1, 2, 1}}, 1e-5, Domain::normal,
+       [](In x) { return mul(x[0], x[1]); }},
+      {"mul of a permuted operand with broadcast", {{6, 3, 4}, {3, 1, 6}}, 1e-6, Domain::normal,
+       [](In x) { return mul(permute(x[0], {1, 2, 0}), x[1]); }},
+      {"eq, ne as values", {{5, 6}, {6}}, 0.0, Domain::quarter_grid,
+       [](In x) {
+         const DType t = x[0].dtype();
+         return add(to_dtype(eq(x[0], x[1]), t), mul_scalar(to_dtype(ne(x[0], x[1]), t), 2.0));
+       }},
+      {"lt, le, gt, ge as values", {{5, 6}, {5, 1}}, 0.0, Domain::quarter_grid,
+       [](In x) {
+         const DType t = x[0].dtype();
+         return add(add(to_dtype(lt(x[0], x[1]), t), mul_scalar(to_dtype(le(x[0], x[1]), t), 2.0)),
+                    add(mul_scalar(to_dtype(gt(x[0], x[1]), t), 4.0), mul_scalar(to_dtype(ge(x[0], x[1]), t), 8.0)));
+       }},
+      {"where with a broadcast condition", {{5, 6}, {5, 1}, {1, 6}}, 1e-6, Domain::quarter_grid,
+       [](In x) { return where(ge(x[1], x[2]), x[0], mul(x[1], x[2])); }},
+
+      // ---- reductions (autograd/ops/reduce.cpp) ----
+      {"sum of all", {m}, 1e-5, Domain::normal, [](In x) { return sum(x[0]); }},
+      {"sum over dim 0, keepdim", {m}, 1e-5, Domain::normal, [](In x) { return sum(x[0], {0}, true); }},
+      {"sum of a transposed view", {{33, 7}}, 1e-5, Domain::normal,
+       [](In x) { return sum(transpose(x[0], 0, 1), {1}); }},
+      {"mean over dims 0 and 2", {{3, 4, 5}}, 1e-5, Domain::normal, [](In x) { return mean(x[0], {0, 2}); }},
+      {"amax over the last dim", {m}, 1e-6, Domain::normal, [](In x) { return amax(x[0], {-1}); }},
+      {"amin over dim 0, keepdim", {{5, 4, 3}}, 1e-6, Domain::normal, [](In x) { return amin(x[0], {0}, true); }},
+      {"logsumexp over the last dim", {m}, 1e-5, Domain::normal, [](In x) { return logsumexp(x[0], {1}); }},
+      {"logsumexp over dims 0 and 2", {{3, 4, 5}}, 1e-5, Domain::normal, [](In x) { return logsumexp(x[0], {0, 2}); }},
+      {"sum over a long dim", {{2, 4099, 3}}, 1e-5, Domain::normal, [](In x) { return sum(x[0], {1}); }},
+      {"mean over a long row", {{3, 4099}}, 1e-5, Domain::normal, [](In x) { return mean(x[0], {1}); }},
+      {"amax over a long row", {{3, 4099}}, 1e-6, Domain::normal, [](In x) { return amax(x[0], {1}); }},
+      {"logsumexp over a long dim", {{2, 4099, 3}}, 1e-5, Domain::normal, [](In x) { return logsumexp(x[0], {1}); }},
+      {"sum over an empty dim", {{3, 0, 4}}, 1e-6, Domain::normal, [](In x) { return sum(x[0], {1}); }},
+      {"sum of an empty batch", {{0, 7}}, 1e-6, Domain::normal, [](In x) { return sum(x[0], {1}); }},
+      {"argmax as values", {{5, 9, 4}}, 0.0, Domain::normal, [](In x) { return argmax(x[0], 1); }},
+
+      // ---- softmax (autograd/ops/softmax.cpp) ----
+      {"softmax over the last dim", {m}, 1e-6, Domain::normal, [](In x) { return softmax(x[0], -1); }},
+      {"softmax over a middle dim", {{5, 7, 3}}, 1e-6, Domain::normal, [](In x) { return softmax(x[0], 1); }},
+      {"softmax over a long row", {{3, 4099}}, 1e-6, Domain::normal, [](In x) { return softmax(x[0], 1); }},
+      {"log_softmax over dim 0", {{9, 5}}, 1e-5, Domain::normal, [](In x) { return log_softmax(x[0], 0); }},
+      {"log_softmax of a transposed view", {{33, 7}}, 1e-5, Domain::normal,
+       [](In x) { return log_softmax(transpose(x[0], 0, 1), 1); }},
+
+      // ---- layer norm (autograd/ops/norm.cpp) ----
+      {"layer_norm with weight and bias", {m, {33}, {33}}, 1e-5, Domain::normal,
+       [](In x) { return layer_norm(x[0], {33}, x[1], x[2]); }},
+      {"layer_norm over two dims", {{2, 3, 8}, {3, 8}, {3, 8}}, 1e-5, Domain::normal,
+       [](In x) { return layer_norm(x[0], {3, 8}, x[1], x[2]); }},
+      {"layer_norm without parameters", {m}, 1e-5, Domain::normal, [](In x) { return layer_norm(x[0], {33}); }},
+      {"layer_norm of a transposed view", {{33, 7}, {33}}, 1e-5, Domain::normal,
+       [](In x) { return layer_norm(transpose(x[0], 0, 1), {33}, x[1]); }},
+
+      // ---- matmul, bmm, linear (autograd/ops/matmul.cpp) ----
+      {"matmul", {{5, 7}, {7, 6}}, 1e-5, Domain::normal, [](In x) { return matmul(x[0], x[1]); }},
+      {"matmul with broadcast batch dims", {{2, 1, 5, 7}, {3, 7, 6}}, 1e-5, Domain::normal,
+       [](In x) { return matmul(x[0], x[1]); }},
+      {"matmul vector by matrix", {{7}, {7, 6}}, 1e-5, Domain::normal, [](In x) { return matmul(x[0], x[1]); }},
+      {"matmul matrix by vector", {{5, 7}, {7}}, 1e-5, Domain::normal, [](In x) { return matmul(x[0], x[1]); }},
+      {"matmul of transposed operands", {{7, 5}, {6, 7}}, 1e-5, Domain::normal,
+       [](In x) { return matmul(transpose(x[0], 0, 1), transpose(x[1], 0, 1)); }},
+      {"bmm", {{3, 5, 7}, {3, 7, 6}}, 1e-5, Domain::normal, [](In x) { return bmm(x[0], x[1]); }},
+      {"linear with bias", {{4, 5, 7}, {6, 7}, {6}}, 1e-5, Domain::normal,
+       [](In x) { return linear(x[0], x[1], x[2]); }},
+      {"linear without bias", {{5, 7}, {6, 7}}, 1e-5, Domain::normal, [](In x) { return linear(x[0], x[1]); }},
+
+      // ---- shape ops and copies (autograd/ops/shape.cpp) ----
+      {"contiguous copy of a permuted view", {{4, 5, 6}, {6, 4, 5}}, 1e-6, Domain::normal,
+       [](In x) { return mul(contiguous(permute(x[0], {2, 0, 1})), x[1]); }},
+      {"reshape, unsqueeze, squeeze, select", {{6, 10}}, 1e-6, Domain::normal,
+       [](In x) { return exp(select(squeeze(unsqueeze(reshape(x[0], {3, 4, 5}), 0), 0), 1, 2)); }},
+      {"expand then reduce", {{1, 4, 1}}, 1e-5, Domain::normal,
+       [](In x) { return sum(mul(expand(x[0], {3, 4, 5}), expand(x[0], {3, 4, 5})), {0}); }},
+      {"cat of uneven parts", {{3, 2}, {3, 5}}, 1e-6, Domain::normal,
+       [](In x) { return cat({x[0], mul(x[1], x[1])}, 1); }},
+      {"split and recombine", {{4, 7}}, 1e-6, Domain::normal,
+       [](In x) {
+         const std::vector<Tensor> parts = split(x[0], {2, 5}, 1);
+         return mul(sum(parts[0], {1}, true), parts[1]);
+       }},
+
+      // ---- losses built from the ops above (autograd/ops/loss.cpp) ----
+      {"mse_loss", {m, m}, 1e-5, Domain::normal, [](In x) { return mse_loss(x[0], x[1]); }},
+      {"relative_l2_loss", {m, m}, 1e-5, Domain::normal, [](In x) { return relative_l2_loss(x[0], x[1]); }},
+      {"cross_entropy", {{6, 5}}, 1e-5, Domain::normal,
+       [](In x) { return cross_entropy(x[0], targets_like(x[0])); }},
+  };
+}
+
+// Every op of the table once in f32 and once in f64.
+std::vector<ParityCase> parity_cases() {
+  std::vector<ParityCase> cases;
+  for (const Op& op : ops()) {
+    cases.push_back({std::string(op.name) + " [f32]", op.inputs, DType::f32, op.f32_tol, op.domain, op.fn});
+    cases.push_back({std::string(op.name) + " [f64]", op.inputs, DType::f64, kF64Tol, op.domain, op.fn});
+  }
+  return cases;
+}
+
+// ---- the harness ----------------------------------------------------------------------------------------------
+
+Tensor draw(const Shape& shape, Domain domain, Generator& gen) {
+  switch (domain) {
+    case Domain::normal: return normal(shape, gen);
+    case Domain::positive: return uniform(shape, gen, 0.3, 2.0);
+    case Domain::away_from_zero: return away_from_zero(shape, gen);
+    case Domain::quarter_grid: {
+      Vec v = uniform(shape, gen, -1.0, 1.0).to_vector();
+      for (double& e : v) e = std::round(e * 4) / 4;
+      return from_vector(v, shape, kF64);
+    }
+  }
+  return Tensor();
+}
+
+// A case's inputs, drawn in f64 and rounded to the case's dtype, so that a run in any dtype sees the same values.
+std::vector<Tensor> case_inputs(const ParityCase& c, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<Tensor> inputs;
+  for (const Shape& s : c.inputs) inputs.push_back(draw(s, c.domain, gen).to(c.dtype).to(DType::f64));
+  return inputs;
+}
+
+// The output and every input grad of one run, copied to the host in f64 (undefined where an input got no grad).
+struct Run {
+  Tensor out;
+  std::vector<Tensor> grads;
+  bool backpropagated = false;  // false when the output carries no grad (comparisons, argmax)
+};
+
+// Runs c.fn on the inputs cast to `dtype` on `device`, then backpropagates a random grad_output drawn from
+// grad_seed for the output's shape and rounded to the case's dtype (skipped when the output carries no grad).
+Run run_case(const ParityCase& c, const std::vector<Tensor>& inputs, uint64_t grad_seed, DType dtype, Device device) {
+  std::vector<Tensor> leaves;  // fresh leaves: to() returns x itself when nothing changes, and x is shared by runs
+  for (const Tensor& x : inputs) leaves.push_back(requiring_grad(x.to(dtype).to(device).detach()));
+  const Tensor out = c.fn(leaves);
+  Run r{out.to(Device::cpu()).to(DType::f64), {}, requires_grad(out)};
+  if (r.backpropagated) {
+    Generator gen(grad_seed);
+    backward(out, normal(out.shape(), gen).to(c.dtype).to(dtype).to(device));
+  }
+  for (const Tensor& leaf : leaves) {
+    const Tensor g = grad_of(leaf);
+    r.grads.push_back(g.defined() ? g.to(Device::cpu()).to(DType::f64) : Tensor());
+  }
+  return r;
+}
+
+// Worst |got - want| / (1 + |want|), NaN counting as infinite unless both are NaN.
+double worst_error(const Tensor& got, const Tensor& want) {
+  const Vec g = got.to_vector(), w = want.to_vector();
+  double worst = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if ((std::isnan(g[i]) && std::isnan(w[i])) || g[i] == w[i]) continue;
+    const double err = std::abs(g[i] - w[i]) / (1.0 + std::abs(w[i]));
+    worst = std::isnan(err) ? std::numeric_limits<double>::infinity() : std::max(worst, err);
+  }
+  return worst;
+}
+
+// Empty when got agrees with want within tol everywhere; otherwise says which tensor differs and how.
+std::string mismatch(const Run& got, const Run& want, double tol) {
+  std::ostringstream why;
+  auto compare = [&](const std::string& what, const Tensor& g, const Tensor& w) {
+    if (g.defined() != w.defined()) {
+      why << what << (g.defined() ? " is defined but the oracle's is not; " : " is missing; ");
+    } else if (g.defined() && g.shape() != w.shape()) {
+      why << what << " has shape " << shape_str(g.shape()) << ", the oracle " << shape_str(w.shape()) << "; ";
+    } else if (g.defined()) {
+      const double err = worst_error(g, w);
+      if (!(err <= tol)) why << what << ": worst relative error " << err << " > " << tol << "; ";
+    }
+  };
+  compare("output", got.out, want.out);
+  if (got.grads.size() != want.grads.size()) return why.str() + "input count differs";
+  for (size_t i = 0; i < want.grads.size(); ++i)
+    compare("grad of input " + std::to_string(i), got.grads[i], want.grads[i]);
+  return why.str();
+}
+
+uint64_t case_seed(size_t index) { return 1000 + 2 * index; }
+
+}  // namespace
+
+TEST_CASE("backend parity: every op on cuda:0 matches the cpu oracle, output and input grads", "[backend][cuda]") {
+  const std::vector<ParityCase> cases = parity_cases();
+  if (!cuda_available()) {
+    WARN("skipped: no CUDA device; the cpu harness test runs the "
+         << cases.size() / 2 << " f32 cases against their f64 oracle instead");
+    return;
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ParityCase& c = cases[i];
+    INFO("case " << c.name);
+    const std::vector<Tensor> inputs = case_inputs(c, case_seed(i));
+    const Run want = run_case(c, inputs, case_seed(i) + 1, c.dtype, Device::cpu());
+    // An op that throws on cuda (a missing kernel, a launch error) fails its own case, not the rest of the table.
+    std::string why;
+    try {
+      why = mismatch(run_case(c, inputs, case_seed(i) + 1, c.dtype, Device::cuda(0)), want, c.tol);
+    } catch (const std::exception& e) {
+      why = std::string("threw on cuda: ") + e.what();
+    }
+    INFO(why);
+    CHECK(why.empty());
+  }
+}
+
+TEST_CASE("backend parity harness: every f32 case on the cpu matches its f64 oracle", "[backend]") {
+  const std::vector<ParityCase> cases = parity_cases();
+  size_t checked = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ParityCase& c = cases[i];
+    if (c.dtype != DType::f32) continue;
+    INFO("case " << c.name);
+    const std::vector<Tensor> inputs = case_inputs(c, case_seed(i));
+    const Run want = run_case(c, inputs, case_seed(i) + 1, DType::f64, Device::cpu());
+    const Run got = run_case(c, inputs, case_seed(i) + 1, DType::f32, Device::cpu());
+    // A case that backpropagates into non-empty inputs must reach them, so its grad comparison cannot pass
+    // vacuously.
+    bool any_nonempty_grad = false, any_nonzero_grad = false;
+    for (const Tensor& g : want.grads) {
+      if (!g.defined()) continue;
+      any_nonempty_grad = any_nonempty_grad || g.numel() > 0;
+      for (double e : g.to_vector()) any_nonzero_grad = any_nonzero_grad || e != 0.0;
+    }
+    if (want.backpropagated && any_nonempty_grad) CHECK(any_nonzero_grad);
+    const std::string why = mismatch(got, want, c.tol);
+    INFO(why);
+    CHECK(why.empty());
+    ++checked;
+  }
+  CHECK(checked == cases.size() / 2);
+}
+
+TEST_CASE("backend parity harness: a rerun agrees exactly; a wrong output, grad or shape is reported", "[backend]") {
+  const std::vector<ParityCase> cases = parity_cases();
+  const ParityCase& c = cases.front();  // neg [f32]
+  REQUIRE(c.name == "neg [f32]");
+  const std::vector<Tensor> inputs = case_inputs(c, case_seed(0));
+  const Run want = run_case(c, inputs, case_seed(0) + 1, DType::f64, Device::cpu());
+  CHECK(mismatch(want, want, 0.0).empty());
+  // Runs share the input tensors but not their grads: a second run does not accumulate onto the first.
+  CHECK(mismatch(run_case(c, inputs, case_seed(0) + 1, DType::f64, Device::cpu()), want, 0.0).empty());
+
+  Run wrong_out = want;
+  wrong_out.out = mul_scalar(want.out, 1.0 + 1e-4);
+  CHECK_THAT(mismatch(wrong_out, want, 1e-5), Catch::Contains("output"));
+
+  Run wrong_grad = want;
+  wrong_grad.grads[0] = add_scalar(want.grads[0], 1e-3);
+  CHECK_THAT(mismatch(wrong_grad, want, 1e-5), Catch::Contains("grad of input 0"));
+
+  Run missing_grad = want;
+  missing_grad.grads[0] = Tensor();
+  CHECK_THAT(mismatch(missing_grad, want, 1e-5), Catch::Contains("grad of input 0 is missing"));
+
+  Run wrong_shape = want;
+  wrong_shape.out = want.out.reshape({33, 7});
+  CHECK_THAT(mismatch(wrong_shape, want, 1e-5), Catch::Contains("has shape"));
+}
