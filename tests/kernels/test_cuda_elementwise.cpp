@@ -151,16 +151,12 @@ TEMPLATE_TEST_CASE("cuda broadcasting binary, compare and where over strided inp
     return;
   }
   using T = TestType;
-  // Each CUDA op with the op of reference.h that defines it.
-  const std::pair<cu::BinaryOp, cpu::BinaryOp> binary_ops[] = {
-      {cu::BinaryOp::add, cpu::BinaryOp::add},         {cu::BinaryOp::sub, cpu::BinaryOp::sub},
-      {cu::BinaryOp::mul, cpu::BinaryOp::mul},         {cu::BinaryOp::div, cpu::BinaryOp::div},
-      {cu::BinaryOp::pow, cpu::BinaryOp::pow},         {cu::BinaryOp::maximum, cpu::BinaryOp::maximum},
-      {cu::BinaryOp::minimum, cpu::BinaryOp::minimum}};
-  const std::pair<cu::CompareOp, cpu::CompareOp> compare_ops[] = {
-      {cu::CompareOp::eq, cpu::CompareOp::eq}, {cu::CompareOp::ne, cpu::CompareOp::ne},
-      {cu::CompareOp::lt, cpu::CompareOp::lt}, {cu::CompareOp::le, cpu::CompareOp::le},
-      {cu::CompareOp::gt, cpu::CompareOp::gt}, {cu::CompareOp::ge, cpu::CompareOp::ge}};
+  // One op set for both backends (kernels/elementwise_ops.h): reference.h defines each op the CUDA kernel runs.
+  using shardrt::kernels::BinaryOp, shardrt::kernels::CompareOp;
+  const BinaryOp binary_ops[] = {BinaryOp::add,  BinaryOp::sub,     BinaryOp::mul,    BinaryOp::div,
+                                 BinaryOp::pow,  BinaryOp::maximum, BinaryOp::minimum};
+  const CompareOp compare_ops[] = {CompareOp::eq, CompareOp::ne, CompareOp::lt,
+                                   CompareOp::le, CompareOp::gt, CompareOp::ge};
   uint64_t seed = 500;
   for (const BroadcastCase& bc : broadcast_cases()) {
     INFO(bc.name);
@@ -183,20 +179,20 @@ TEMPLATE_TEST_CASE("cuda broadcasting binary, compare and where over strided inp
     const T* pa = da.get() + a.base;
     const T* pb = db.get() + b.base;
 
-    for (const auto& [op, ref_op] : binary_ops) {
+    for (const BinaryOp op : binary_ops) {
       INFO("binary op " << static_cast<int>(op));
       cu::binary<T>(op, ndim, bc.shape.data(), pa, bc.a_strides.data(), pb, bc.b_strides.data(), dout.get(),
                     stream());
       Vec want(n);
-      for (int64_t i = 0; i < n; ++i) want[i] = ref_binary(ref_op, a.at(i, bc.shape), b.at(i, bc.shape));
+      for (int64_t i = 0; i < n; ++i) want[i] = ref_binary(op, a.at(i, bc.shape), b.at(i, bc.shape));
       expect_close(widen(dout.download()), want, tol<T>() * 0.1, 0);
     }
-    for (const auto& [op, ref_op] : compare_ops) {
+    for (const CompareOp op : compare_ops) {
       INFO("compare op " << static_cast<int>(op));
       cu::compare<T>(op, ndim, bc.shape.data(), pa, bc.a_strides.data(), pb, bc.b_strides.data(), dflags.get(),
                      stream());
       Vec want(n);
-      for (int64_t i = 0; i < n; ++i) want[i] = ref_compare(ref_op, a.at(i, bc.shape), b.at(i, bc.shape)) ? 1 : 0;
+      for (int64_t i = 0; i < n; ++i) want[i] = ref_compare(op, a.at(i, bc.shape), b.at(i, bc.shape)) ? 1 : 0;
       expect_close(widen(dflags.download()), want, 0, 0);
     }
     cu::where<T>(ndim, bc.shape.data(), dcond.get() + cond.base, cond.strides.data(), pa, bc.a_strides.data(), pb,
