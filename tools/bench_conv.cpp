@@ -67,7 +67,7 @@ Measure measure(int reps, F step) {
   return m;
 }
 
-std::string mib(int64_t b) { return bench::two_decimals(bench::mib(b)); }
+std::string mib_cell(int64_t b) { return bench::two_decimals(bench::mib(b)); }
 
 }  // namespace
 
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
       const Measure m = measure(args.reps, [&] { backward(conv(x, w, b, {1}, {1}, {1}), g); });
       if (rank == 0)
         std::printf("| %lld x %lld | serial | %.2f | 0 | 0 | 0 | %s | | |\n", static_cast<long long>(n),
-                    static_cast<long long>(n), m.seconds * 1e3, mib(m.peak).c_str());
+                    static_cast<long long>(n), m.seconds * 1e3, mib_cell(m.peak).c_str());
     }
     const std::vector<int64_t> ext = split_extents(n, p);
     Tensor xl = randn({1, C, ext[rank], n}, {DType::f32}, &gen);
@@ -125,14 +125,14 @@ int main(int argc, char** argv) {
         backward(conv(padded, wb[0], wb[1], {1}, {0, 1}, {1}), g);
       });
       ref_ms = bench::two_decimals(r.seconds * 1e3);
-      ref_peak = mib(r.peak);
+      ref_peak = mib_cell(r.peak);
     }
     const int64_t neighbours = p == 1 ? 0 : p == 2 ? 1 : 2;
     const int64_t minimum = 2 * neighbours * h * C * n * 4;
     if (rank == 0)
       std::printf("| %lld x %lld | P = %d | %.2f | %.1f | %.1f | %.1f | %s | %s | %s |\n", static_cast<long long>(n),
                   static_cast<long long>(n), p, m.seconds * 1e3, halo / 1024.0, minimum / 1024.0, reduce / 1024.0,
-                  mib(m.peak).c_str(), ref_ms.c_str(), ref_peak.c_str());
+                  mib_cell(m.peak).c_str(), ref_ms.c_str(), ref_peak.c_str());
   }
   return 0;
 }
