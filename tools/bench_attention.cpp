@@ -12,11 +12,10 @@
 // rank's partial dK/dV to the owners, a reduce-scatter of another (P-1)/P · KV(N): 3·(P-1)/P · KV(N) in all.
 #include <mpi.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
-#include <string>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -28,6 +27,7 @@
 #include "runtime/allocator.h"
 #include "runtime/factories.h"
 #include "tools/bench_util.h"
+#include "tools/mpi_session.h"
 
 using namespace shardrt;
 
@@ -60,95 +60,84 @@ Measure measure(const std::function<void()>& step, CommLedger& ledger, int reps)
   return m;
 }
 
-double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
-
 void row(int64_t n, int p, const char* mode, const Measure& m, int64_t min_bytes, int rank) {
   if (rank != 0) return;
   std::printf("| %ld | %d | %s | %.1f | %.2f | %.2f | %.2f | %.2f |\n", static_cast<long>(n), p, mode, m.ms,
-              mib(m.bytes), mib(min_bytes), mib(m.peak), mib(m.peak_above));
+              bench::mib(m.bytes), bench::mib(min_bytes), bench::mib(m.peak), bench::mib(m.peak_above));
   std::fflush(stdout);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, p = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  std::vector<int64_t> sizes;
+  tools::MpiSession session(argc, argv);
+  CLI::App app{"Sharded attention (ring, all-gather KV) next to the serial op, forward + backward."};
+  std::vector<int64_t> sizes = {512, 1024, 2048, 4096};
   bool header = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--header")
-      header = true;
-    else
-      sizes.push_back(std::atol(argv[i]));
+  app.add_option("sizes", sizes, "sequence lengths N")->capture_default_str();
+  app.add_flag("--header", header, "print the table header first");
+  if (const auto stop = session.parse(app, argc, argv)) return *stop;
+  const int rank = session.rank(), p = session.size();
+  const CommOptions opts = tools::bench_comm_options(tools::BenchGpu::bind_by_local_rank);
+  const Mesh mesh = Mesh::one_d(MPI_COMM_WORLD, "domain", opts);
+  CommLedger& ledger = *opts.ledger;
+  if (header && rank == 0) {
+    std::printf("| N (= Nq = Nk) | P | mode | fwd+bwd ms | MiB sent / rank | minimum MiB / rank | "
+                "peak MiB / rank | peak above inputs MiB |\n");
+    std::printf("|---:|---:|---|---:|---:|---:|---:|---:|\n");
   }
-  if (sizes.empty()) sizes = {512, 1024, 2048, 4096};
-  {
-    CommOptions opts;
-    opts.ledger = std::make_shared<CommLedger>();
-    const Mesh mesh = Mesh::one_d(MPI_COMM_WORLD, "domain", opts);
-    CommLedger& ledger = *opts.ledger;
-    if (header && rank == 0) {
-      std::printf("| N (= Nq = Nk) | P | mode | fwd+bwd ms | MiB sent / rank | minimum MiB / rank | "
-                  "peak MiB / rank | peak above inputs MiB |\n");
-      std::printf("|---:|---:|---|---:|---:|---:|---:|---:|\n");
-    }
-    const double scale = 0.125;  // 1/sqrt(64)
-    for (int64_t n : sizes) {
-      const int reps = n >= 2048 ? 2 : 3;
-      const std::vector<int64_t> ext = split_extents(n, p);
-      int64_t off = 0;
-      for (int r = 0; r < mesh.rank(); ++r) off += ext[r];
-      const int64_t mine = ext[mesh.rank()];
-      const int64_t min_bytes = 3 * (p - 1) * kBH * n * (2 * kD) * 4 / p;
-      // This rank's slices only: the whole sequence is generated once, sliced, and dropped.
-      Tensor q, k, v, gout, glse;
-      {
-        Generator gen(7);
-        const Tensor fq = randn({1, kBH, n, kD}, {DType::f32}, &gen);
-        const Tensor fk = randn({1, kBH, n, kD}, {DType::f32}, &gen);
-        const Tensor fv = randn({1, kBH, n, kD}, {DType::f32}, &gen);
-        const Tensor fg = randn({1, kBH, n, kD}, {DType::f32}, &gen);
-        const Tensor fl = randn({1, kBH, n}, {DType::f32}, &gen);
-        q = fq.narrow(2, off, mine).contiguous();
-        k = fk.narrow(2, off, mine).contiguous();
-        v = fv.narrow(2, off, mine).contiguous();
-        gout = fg.narrow(2, off, mine).contiguous();
-        glse = fl.narrow(2, off, mine).contiguous();
-        if (p == 1) {
-          Tensor sq = fq.contiguous(), sk = fk.contiguous(), sv = fv.contiguous();
-          set_requires_grad(sq);
-          set_requires_grad(sk);
-          set_requires_grad(sv);
-          const Measure m = measure(
-              [&] {
-                const AttentionOutput o = scaled_dot_product_attention(sq, sk, sv, scale);
-                backward({o.out, o.lse}, {fg, fl});
-              },
-              ledger, reps);
-          row(n, 1, "serial (local op)", m, 0, rank);
-        }
-      }
-      set_requires_grad(q);
-      set_requires_grad(k);
-      set_requires_grad(v);
-      const Placements seq = {Placement::Shard(2)};
-      const std::vector<std::vector<int64_t>> extents = {ext};
-      for (KvStrategy s : {KvStrategy::ring, KvStrategy::all_gather}) {
+  const double scale = 0.125;  // 1/sqrt(64)
+  for (int64_t n : sizes) {
+    const int reps = n >= 2048 ? 2 : 3;
+    const std::vector<int64_t> ext = split_extents(n, p);
+    int64_t off = 0;
+    for (int r = 0; r < mesh.rank(); ++r) off += ext[r];
+    const int64_t mine = ext[mesh.rank()];
+    const int64_t min_bytes = 3 * (p - 1) * kBH * n * (2 * kD) * 4 / p;
+    // This rank's slices only: the whole sequence is generated once, sliced, and dropped.
+    Tensor q, k, v, gout, glse;
+    {
+      Generator gen(7);
+      const Tensor fq = randn({1, kBH, n, kD}, {DType::f32}, &gen);
+      const Tensor fk = randn({1, kBH, n, kD}, {DType::f32}, &gen);
+      const Tensor fv = randn({1, kBH, n, kD}, {DType::f32}, &gen);
+      const Tensor fg = randn({1, kBH, n, kD}, {DType::f32}, &gen);
+      const Tensor fl = randn({1, kBH, n}, {DType::f32}, &gen);
+      q = fq.narrow(2, off, mine).contiguous();
+      k = fk.narrow(2, off, mine).contiguous();
+      v = fv.narrow(2, off, mine).contiguous();
+      gout = fg.narrow(2, off, mine).contiguous();
+      glse = fl.narrow(2, off, mine).contiguous();
+      if (p == 1) {
+        Tensor sq = fq.contiguous(), sk = fk.contiguous(), sv = fv.contiguous();
+        set_requires_grad(sq);
+        set_requires_grad(sk);
+        set_requires_grad(sv);
         const Measure m = measure(
             [&] {
-              const AttentionShardOutput o =
-                  scaled_dot_product_attention(from_local(q, mesh, seq, extents), from_local(k, mesh, seq, extents),
-                                               from_local(v, mesh, seq, extents), scale, s);
-              backward({o.out.local(), o.lse.local()}, {gout, glse});
+              const AttentionOutput o = scaled_dot_product_attention(sq, sk, sv, scale);
+              backward({o.out, o.lse}, {fg, fl});
             },
             ledger, reps);
-        row(n, p, s == KvStrategy::ring ? "ring" : "all-gather KV", m, min_bytes, rank);
+        row(n, 1, "serial (local op)", m, 0, rank);
       }
     }
+    set_requires_grad(q);
+    set_requires_grad(k);
+    set_requires_grad(v);
+    const Placements seq = {Placement::Shard(2)};
+    const std::vector<std::vector<int64_t>> extents = {ext};
+    for (KvStrategy s : {KvStrategy::ring, KvStrategy::all_gather}) {
+      const Measure m = measure(
+          [&] {
+            const AttentionShardOutput o =
+                scaled_dot_product_attention(from_local(q, mesh, seq, extents), from_local(k, mesh, seq, extents),
+                                             from_local(v, mesh, seq, extents), scale, s);
+            backward({o.out.local(), o.lse.local()}, {gout, glse});
+          },
+          ledger, reps);
+      row(n, p, s == KvStrategy::ring ? "ring" : "all-gather KV", m, min_bytes, rank);
+    }
   }
-  MPI_Finalize();
   return 0;
 }

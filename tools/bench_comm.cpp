@@ -13,16 +13,16 @@
 // scatters and all-to-all, 1 for the ring shift; it is comparable across collectives and rank counts.
 #include <mpi.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
-#include <string>
 #include <vector>
 
 #include "mesh/mesh.h"
 #include "runtime/factories.h"
 #include "tools/bench_util.h"
+#include "tools/mpi_session.h"
 
 using namespace shardrt;
 
@@ -34,15 +34,11 @@ struct Args {
   double seconds = 0.15;  // target time per measurement
 };
 
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    if (k == "--min-bytes") a.min_bytes = std::atoll(argv[i + 1]);
-    else if (k == "--max-bytes") a.max_bytes = std::atoll(argv[i + 1]);
-    else if (k == "--seconds") a.seconds = std::atof(argv[i + 1]);
-  }
-  return a;
+void add_options(CLI::App& app, Args& a) {
+  app.add_option("--min-bytes", a.min_bytes, "smallest size per collective, in bytes")->capture_default_str();
+  app.add_option("--max-bytes", a.max_bytes, "largest size per collective, in bytes (sizes step x4)")
+      ->capture_default_str();
+  app.add_option("--seconds", a.seconds, "target time per measurement")->capture_default_str();
 }
 
 // Element counts per rank proportional to rank + 1, summing to `total`.
@@ -77,104 +73,92 @@ double time_per_call(const std::function<void()>& fn, double target) {
   return best;
 }
 
-std::string size_str(int64_t b) {
-  char s[32];
-  if (b >= (1 << 20)) std::snprintf(s, sizeof s, "%lld MiB", static_cast<long long>(b >> 20));
-  else std::snprintf(s, sizeof s, "%lld KiB", static_cast<long long>(b >> 10));
-  return s;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, p = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  const Args args = parse(argc, argv);
-  {
-    CommOptions opts;
-    opts.ledger = std::make_shared<CommLedger>();  // counted like any job, but not in the process ledger
-    opts.cuda_device = CommOptions::no_gpu;
-    Mesh mesh = Mesh::one_d(MPI_COMM_WORLD, "domain", opts);
-    const Communicator& c = mesh.axis("domain");
-    MPI_Comm raw = MPI_COMM_WORLD;
+  tools::MpiSession session(argc, argv);
+  CLI::App app{"Latency and bus bandwidth of ShardRT's MPI collectives next to plain blocking MPI calls."};
+  Args args;
+  add_options(app, args);
+  if (const auto stop = session.parse(app, argc, argv)) return *stop;
+  const int rank = session.rank(), p = session.size();
+  Mesh mesh = Mesh::one_d(MPI_COMM_WORLD, "domain", tools::bench_comm_options(tools::BenchGpu::none));
+  const Communicator& c = mesh.axis("domain");
+  MPI_Comm raw = MPI_COMM_WORLD;
 
-    if (rank == 0) {
-      std::printf("### %d ranks\n\n", p);
-      std::printf(
-          "| collective | size | ShardRT latency (us) | ShardRT busbw (GB/s) | MPI latency (us) | MPI busbw (GB/s) "
-          "|\n");
-      std::printf("|---|---:|---:|---:|---:|---:|\n");
-    }
-    const char* names[] = {"all_reduce", "all_gather_v", "reduce_scatter_v", "all_to_all_v", "ring_shift"};
-    const double frac_gather = static_cast<double>(p - 1) / p;
-    const double factors[] = {2 * frac_gather, frac_gather, frac_gather, frac_gather, 1.0};
-    const int next = (rank + 1) % p, prev = (rank + p - 1) % p;
+  if (rank == 0) {
+    std::printf("### %d ranks\n\n", p);
+    std::printf(
+        "| collective | size | ShardRT latency (us) | ShardRT busbw (GB/s) | MPI latency (us) | MPI busbw (GB/s) "
+        "|\n");
+    std::printf("|---|---:|---:|---:|---:|---:|\n");
+  }
+  const char* names[] = {"all_reduce", "all_gather_v", "reduce_scatter_v", "all_to_all_v", "ring_shift"};
+  const double frac_gather = static_cast<double>(p - 1) / p;
+  const double factors[] = {2 * frac_gather, frac_gather, frac_gather, frac_gather, 1.0};
+  const int next = (rank + 1) % p, prev = (rank + p - 1) % p;
 
-    for (int k = 0; k < 5; ++k) {
-      for (int64_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= 4) {
-        const int64_t n = bytes / 4;
-        const auto share = shares(n, p);
-        const auto share_i = to_int(share), share_d = displs(share);
-        std::function<void()> ours, ref;
-        Tensor a, b;
-        switch (k) {
-          case 0:
-            a = zeros({n});
-            b = zeros({n});
-            ours = [&] { c.all_reduce(a); };
-            ref = [&] { MPI_Allreduce(MPI_IN_PLACE, b.raw_data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, raw); };
-            break;
-          case 1:
-            a = zeros({share[rank]});
-            b = zeros({n});
-            ours = [&] { c.all_gather_v(a, b, share); };
-            ref = [&] {
-              MPI_Allgatherv(a.raw_data(), share_i[rank], MPI_FLOAT, b.raw_data(), share_i.data(), share_d.data(),
-                             MPI_FLOAT, raw);
-            };
-            break;
-          case 2:
-            a = zeros({n});
-            b = zeros({share[rank]});
-            ours = [&] { c.reduce_scatter_v(a, b, share); };
-            ref = [&] { MPI_Reduce_scatter(a.raw_data(), b.raw_data(), share_i.data(), MPI_FLOAT, MPI_SUM, raw); };
-            break;
-          case 3: {
-            a = zeros({n});
-            // What rank j sends here is its share for this rank: proportional to rank + 1 of its own total.
-            std::vector<int64_t> recv(p, shares(n, p)[rank]);
-            b = zeros({recv[0] * p});
-            auto recv_i = to_int(recv), recv_d = displs(recv);
-            ours = [&, recv] { c.all_to_all_v(a, share, b, recv); };
-            ref = [&, recv_i, recv_d] {
-              MPI_Alltoallv(a.raw_data(), share_i.data(), share_d.data(), MPI_FLOAT, b.raw_data(), recv_i.data(),
-                            recv_d.data(), MPI_FLOAT, raw);
-            };
-            break;
-          }
-          default:
-            a = zeros({n});
-            b = zeros({n});
-            ours = [&] { c.ring_shift(a, b); };
-            ref = [&] {
-              MPI_Sendrecv(a.raw_data(), static_cast<int>(n), MPI_FLOAT, next, 0, b.raw_data(), static_cast<int>(n),
-                           MPI_FLOAT, prev, 0, raw, MPI_STATUS_IGNORE);
-            };
+  for (int k = 0; k < 5; ++k) {
+    for (int64_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= 4) {
+      const int64_t n = bytes / 4;
+      const auto share = shares(n, p);
+      const auto share_i = to_int(share), share_d = displs(share);
+      std::function<void()> ours, ref;
+      Tensor a, b;
+      switch (k) {
+        case 0:
+          a = zeros({n});
+          b = zeros({n});
+          ours = [&] { c.all_reduce(a); };
+          ref = [&] { MPI_Allreduce(MPI_IN_PLACE, b.raw_data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, raw); };
+          break;
+        case 1:
+          a = zeros({share[rank]});
+          b = zeros({n});
+          ours = [&] { c.all_gather_v(a, b, share); };
+          ref = [&] {
+            MPI_Allgatherv(a.raw_data(), share_i[rank], MPI_FLOAT, b.raw_data(), share_i.data(), share_d.data(),
+                           MPI_FLOAT, raw);
+          };
+          break;
+        case 2:
+          a = zeros({n});
+          b = zeros({share[rank]});
+          ours = [&] { c.reduce_scatter_v(a, b, share); };
+          ref = [&] { MPI_Reduce_scatter(a.raw_data(), b.raw_data(), share_i.data(), MPI_FLOAT, MPI_SUM, raw); };
+          break;
+        case 3: {
+          a = zeros({n});
+          // What rank j sends here is its share for this rank: proportional to rank + 1 of its own total.
+          std::vector<int64_t> recv(p, shares(n, p)[rank]);
+          b = zeros({recv[0] * p});
+          auto recv_i = to_int(recv), recv_d = displs(recv);
+          ours = [&, recv] { c.all_to_all_v(a, share, b, recv); };
+          ref = [&, recv_i, recv_d] {
+            MPI_Alltoallv(a.raw_data(), share_i.data(), share_d.data(), MPI_FLOAT, b.raw_data(), recv_i.data(),
+                          recv_d.data(), MPI_FLOAT, raw);
+          };
+          break;
         }
-        const double t_ours = time_per_call(ours, args.seconds);
-        const double t_ref = time_per_call(ref, args.seconds);
-        if (rank == 0) {
-          auto bw = [&](double t) { return static_cast<double>(bytes) / t / 1e9 * factors[k]; };
-          std::printf("| %s | %s | %.1f | %.2f | %.1f | %.2f |\n", names[k], size_str(bytes).c_str(), t_ours * 1e6,
-                      bw(t_ours), t_ref * 1e6, bw(t_ref));
-          std::fflush(stdout);
-        }
+        default:
+          a = zeros({n});
+          b = zeros({n});
+          ours = [&] { c.ring_shift(a, b); };
+          ref = [&] {
+            MPI_Sendrecv(a.raw_data(), static_cast<int>(n), MPI_FLOAT, next, 0, b.raw_data(), static_cast<int>(n),
+                         MPI_FLOAT, prev, 0, raw, MPI_STATUS_IGNORE);
+          };
+      }
+      const double t_ours = time_per_call(ours, args.seconds);
+      const double t_ref = time_per_call(ref, args.seconds);
+      if (rank == 0) {
+        auto bw = [&](double t) { return static_cast<double>(bytes) / t / 1e9 * factors[k]; };
+        std::printf("| %s | %s | %.1f | %.2f | %.1f | %.2f |\n", names[k], bench::size_str(bytes).c_str(), t_ours * 1e6,
+                    bw(t_ours), t_ref * 1e6, bw(t_ref));
+        std::fflush(stdout);
       }
     }
-    if (rank == 0) std::printf("\n");
   }
-  MPI_Finalize();
+  if (rank == 0) std::printf("\n");
   return 0;
 }

@@ -12,9 +12,9 @@
 // then one local conv on it, same weight-grad all-reduce).
 #include <mpi.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -28,6 +28,7 @@
 #include "runtime/allocator.h"
 #include "runtime/factories.h"
 #include "tools/bench_util.h"
+#include "tools/mpi_session.h"
 
 using namespace shardrt;
 
@@ -40,25 +41,11 @@ struct Args {
   bool header = false;
 };
 
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--header") a.header = true;
-    else if (k == "--reps" && i + 1 < argc) a.reps = std::atoi(argv[++i]);
-    else if (k == "--channels" && i + 1 < argc) a.channels = std::atoll(argv[++i]);
-    else if (k == "--sizes" && i + 1 < argc) {
-      a.sizes.clear();
-      std::string s = argv[++i];
-      size_t at = 0;
-      while (at < s.size()) {
-        const size_t comma = s.find(',', at);
-        a.sizes.push_back(std::atoll(s.substr(at, comma - at).c_str()));
-        at = comma == std::string::npos ? s.size() : comma + 1;
-      }
-    }
-  }
-  return a;
+void add_options(CLI::App& app, Args& a) {
+  app.add_option("--sizes", a.sizes, "image sizes H = W, comma-separated")->delimiter(',')->capture_default_str();
+  app.add_option("--channels", a.channels, "input and output channels C")->capture_default_str();
+  app.add_option("--reps", a.reps, "timed runs per row (the best is reported)")->capture_default_str();
+  app.add_flag("--header", a.header, "print the table header first");
 }
 
 struct Measure {
@@ -81,83 +68,72 @@ Measure measure(int reps, F step) {
   return m;
 }
 
-std::string mib(int64_t b) {
-  char s[32];
-  std::snprintf(s, sizeof s, "%.2f", static_cast<double>(b) / (1 << 20));
-  return s;
-}
+std::string mib_cell(int64_t b) { return bench::two_decimals(bench::mib(b)); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, p = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  const Args args = parse(argc, argv);
-  {
-    CommOptions opts;
-    opts.ledger = std::make_shared<CommLedger>();
-    opts.cuda_device = CommOptions::no_gpu;
-    Mesh mesh = Mesh::one_d(MPI_COMM_WORLD, "domain", opts);
-    const int64_t C = args.channels, h = 1;
-    if (rank == 0 && args.header) {
-      std::printf("| H x W | run | fwd+bwd (ms) | halo bytes sent / rank (KiB) | minimum (KiB) | weight-grad all-reduce "
-                  "(KiB) | peak / rank (MiB) | blocking padded-copy reference: fwd+bwd (ms) | its peak / rank (MiB) |\n");
-      std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
-    }
-    for (int64_t n : args.sizes) {
-      Generator gen(7);
-      Tensor w = mul_scalar(randn({C, C, 3, 3}, {DType::f32}, &gen), 0.05);
-      Tensor b = randn({C}, {DType::f32}, &gen);
-      set_requires_grad(w);
-      set_requires_grad(b);
-      if (p == 1) {
-        // Serial reference: the local op on the whole image.
-        Tensor x = randn({1, C, n, n}, {DType::f32}, &gen);
-        set_requires_grad(x);
-        Tensor g = randn({1, C, n, n}, {DType::f32}, &gen);
-        const Measure m = measure(args.reps, [&] { backward(conv(x, w, b, {1}, {1}, {1}), g); });
-        if (rank == 0)
-          std::printf("| %lld x %lld | serial | %.2f | 0 | 0 | 0 | %s | | |\n", static_cast<long long>(n),
-                      static_cast<long long>(n), m.seconds * 1e3, mib(m.peak).c_str());
-      }
-      const std::vector<int64_t> ext = split_extents(n, p);
-      Tensor xl = randn({1, C, ext[rank], n}, {DType::f32}, &gen);
-      set_requires_grad(xl);
-      const ShardTensor xs = from_local(xl, mesh, {Placement::Shard(2)}, std::vector<std::vector<int64_t>>{ext});
-      Tensor g = randn({1, C, ext[rank], n}, {DType::f32}, &gen);
-      mesh.flat().ledger().reset();
-      const Measure m = measure(args.reps, [&] { backward(conv(xs, w, b, {1}, {1}, {1}).local(), g); });
-      const int64_t runs = args.reps + 1;
-      int64_t halo = 0, reduce = 0;
-      for (const LedgerEntry& e : mesh.flat().ledger().entries()) {
-        if (e.kind == "halo_exchange") halo += e.bytes_sent;
-        if (e.kind == "all_reduce") reduce += e.bytes_sent;
-      }
-      halo = bench::max_over_ranks(halo / runs);
-      reduce = bench::max_over_ranks(reduce / runs);
-      std::string ref_ms, ref_peak;
-      if (p > 1) {
-        const HaloWidths widths{std::vector<int64_t>(p, h), std::vector<int64_t>(p, h)};  // padding 1 = h at the edges
-        const Measure r = measure(args.reps, [&] {
-          const std::vector<Tensor> wb = patch::reduce_grads_over("conv_ref", mesh, {0}, {w, b});
-          const Tensor padded = patch::halo_pad("conv_ref", xl, mesh, 0, 2, widths, 0.0, false).padded;
-          backward(conv(padded, wb[0], wb[1], {1}, {0, 1}, {1}), g);
-        });
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.2f", r.seconds * 1e3);
-        ref_ms = buf;
-        ref_peak = mib(r.peak);
-      }
-      const int64_t neighbours = p == 1 ? 0 : p == 2 ? 1 : 2;
-      const int64_t minimum = 2 * neighbours * h * C * n * 4;
-      if (rank == 0)
-        std::printf("| %lld x %lld | P = %d | %.2f | %.1f | %.1f | %.1f | %s | %s | %s |\n", static_cast<long long>(n),
-                    static_cast<long long>(n), p, m.seconds * 1e3, halo / 1024.0, minimum / 1024.0, reduce / 1024.0,
-                    mib(m.peak).c_str(), ref_ms.c_str(), ref_peak.c_str());
-    }
+  tools::MpiSession session(argc, argv);
+  CLI::App app{"Halo conv2d sharded over H next to the serial op and a blocking padded-copy reference."};
+  Args args;
+  add_options(app, args);
+  if (const auto stop = session.parse(app, argc, argv)) return *stop;
+  const int rank = session.rank(), p = session.size();
+  Mesh mesh = Mesh::one_d(MPI_COMM_WORLD, "domain", tools::bench_comm_options(tools::BenchGpu::none));
+  const int64_t C = args.channels, h = 1;
+  if (rank == 0 && args.header) {
+    std::printf("| H x W | run | fwd+bwd (ms) | halo bytes sent / rank (KiB) | minimum (KiB) | weight-grad all-reduce "
+                "(KiB) | peak / rank (MiB) | blocking padded-copy reference: fwd+bwd (ms) | its peak / rank (MiB) |\n");
+    std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   }
-  MPI_Finalize();
+  for (int64_t n : args.sizes) {
+    Generator gen(7);
+    Tensor w = mul_scalar(randn({C, C, 3, 3}, {DType::f32}, &gen), 0.05);
+    Tensor b = randn({C}, {DType::f32}, &gen);
+    set_requires_grad(w);
+    set_requires_grad(b);
+    if (p == 1) {
+      // Serial reference: the local op on the whole image.
+      Tensor x = randn({1, C, n, n}, {DType::f32}, &gen);
+      set_requires_grad(x);
+      Tensor g = randn({1, C, n, n}, {DType::f32}, &gen);
+      const Measure m = measure(args.reps, [&] { backward(conv(x, w, b, {1}, {1}, {1}), g); });
+      if (rank == 0)
+        std::printf("| %lld x %lld | serial | %.2f | 0 | 0 | 0 | %s | | |\n", static_cast<long long>(n),
+                    static_cast<long long>(n), m.seconds * 1e3, mib_cell(m.peak).c_str());
+    }
+    const std::vector<int64_t> ext = split_extents(n, p);
+    Tensor xl = randn({1, C, ext[rank], n}, {DType::f32}, &gen);
+    set_requires_grad(xl);
+    const ShardTensor xs = from_local(xl, mesh, {Placement::Shard(2)}, std::vector<std::vector<int64_t>>{ext});
+    Tensor g = randn({1, C, ext[rank], n}, {DType::f32}, &gen);
+    mesh.flat().ledger().reset();
+    const Measure m = measure(args.reps, [&] { backward(conv(xs, w, b, {1}, {1}, {1}).local(), g); });
+    const int64_t runs = args.reps + 1;
+    int64_t halo = 0, reduce = 0;
+    for (const LedgerEntry& e : mesh.flat().ledger().entries()) {
+      if (e.kind == "halo_exchange") halo += e.bytes_sent;
+      if (e.kind == "all_reduce") reduce += e.bytes_sent;
+    }
+    halo = bench::max_over_ranks(halo / runs);
+    reduce = bench::max_over_ranks(reduce / runs);
+    std::string ref_ms, ref_peak;
+    if (p > 1) {
+      const HaloWidths widths{std::vector<int64_t>(p, h), std::vector<int64_t>(p, h)};  // padding 1 = h at the edges
+      const Measure r = measure(args.reps, [&] {
+        const std::vector<Tensor> wb = patch::reduce_grads_over("conv_ref", mesh, {0}, {w, b});
+        const Tensor padded = patch::halo_pad("conv_ref", xl, mesh, 0, 2, widths, 0.0, false).padded;
+        backward(conv(padded, wb[0], wb[1], {1}, {0, 1}, {1}), g);
+      });
+      ref_ms = bench::two_decimals(r.seconds * 1e3);
+      ref_peak = mib_cell(r.peak);
+    }
+    const int64_t neighbours = p == 1 ? 0 : p == 2 ? 1 : 2;
+    const int64_t minimum = 2 * neighbours * h * C * n * 4;
+    if (rank == 0)
+      std::printf("| %lld x %lld | P = %d | %.2f | %.1f | %.1f | %.1f | %s | %s | %s |\n", static_cast<long long>(n),
+                  static_cast<long long>(n), p, m.seconds * 1e3, halo / 1024.0, minimum / 1024.0, reduce / 1024.0,
+                  mib_cell(m.peak).c_str(), ref_ms.c_str(), ref_peak.c_str());
+  }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -161,7 +162,9 @@ void bench_attention() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  CLI::App app{"CPU kernel throughput: f32 GEMM next to OpenBLAS and the cores' peak, attention next to naive."};
+  CLI11_PARSE(app, argc, argv);
   int threads = openblas_get_num_threads();
   std::printf("## shardrt bench-kernels (CPU)\n\nOpenBLAS: %s, %d thread(s); hardware threads: %u\n", openblas_get_config(),
               threads, std::thread::hardware_concurrency());

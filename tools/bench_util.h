@@ -1,9 +1,12 @@
-// Timing shared by the MPI benchmarks: every figure is the slowest rank's, since that is what a step costs.
+// Timing and number formatting shared by the MPI benchmarks. Every time is the slowest rank's, since that is
+// what a step costs.
 #pragma once
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 
 namespace shardrt::bench {
 
@@ -24,6 +27,23 @@ double slowest_rank_seconds(F&& fn) {
   const auto t0 = std::chrono::steady_clock::now();
   fn();
   return max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// A byte count as the tables label sizes: whole MiB from 1 MiB up, else whole KiB.
+inline std::string size_str(int64_t bytes) {
+  char s[32];
+  if (bytes >= (1 << 20)) std::snprintf(s, sizeof s, "%lld MiB", static_cast<long long>(bytes >> 20));
+  else std::snprintf(s, sizeof s, "%lld KiB", static_cast<long long>(bytes >> 10));
+  return s;
+}
+
+inline double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// `x` with two decimals, for table cells that may also be left empty.
+inline std::string two_decimals(double x) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f", x);
+  return s;
 }
 
 }  // namespace shardrt::bench

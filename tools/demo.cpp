@@ -9,6 +9,7 @@
 // losses, which is the same objective, so in fp64 the two losses agree to rounding.
 #include <mpi.h>
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "patches/ops.h"
 #include "patches/shard_tensor.h"
 #include "runtime/factories.h"
+#include "tools/mpi_session.h"
 
 using namespace shardrt;
 
@@ -81,10 +83,10 @@ void sgd_step(Params& p, const Communicator* ddp) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int world = 1, rank = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  tools::MpiSession session(argc, argv);
+  CLI::App app{"Trains a small point-cloud model on a ddp x domain mesh next to the same model trained serially."};
+  if (const auto stop = session.parse(app, argc, argv)) return *stop;
+  const int world = session.size(), rank = session.rank();
   int rc = 0;
   try {
     int domain = world >= 2 ? 2 : 1;
@@ -145,6 +147,5 @@ int main(int argc, char** argv) {
   }
   int any = 0;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
   return any;
 }
