@@ -30,7 +30,7 @@ SHARDRT_DEFINE_ERROR(DeviceError)    // device mismatch, or op not implemented o
 SHARDRT_DEFINE_ERROR(IoError)        // file missing, truncated, malformed
 SHARDRT_DEFINE_ERROR(ValueError)     // a bad argument value (negative size, unknown name, ...)
 SHARDRT_DEFINE_ERROR(AutogradError)  // misuse of the tape (second backward through freed buffers, ...)
-SHARDRT_DEFINE_ERROR(CudaError)      // a CUDA / cuBLAS / cuDNN call failed
+SHARDRT_DEFINE_ERROR(CudaError)      // a CUDA or cuBLAS call failed
 SHARDRT_DEFINE_ERROR(CommError)      // a collective failed or timed out
 #undef SHARDRT_DEFINE_ERROR
 

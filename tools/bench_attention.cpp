@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   const double scale = 0.125;  // 1/sqrt(64)
   for (int64_t n : sizes) {
     const int reps = n >= 2048 ? 2 : 3;
-    const std::vector<int64_t> ext = split_extents(n, p);
+    const Extents ext = split_extents(n, p);
     int64_t off = 0;
     for (int r = 0; r < mesh.rank(); ++r) off += ext[r];
     const int64_t mine = ext[mesh.rank()];
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
     set_requires_grad(k);
     set_requires_grad(v);
     const Placements seq = {Placement::Shard(2)};
-    const std::vector<std::vector<int64_t>> extents = {ext};
+    const AxisExtents extents = {ext};
     for (KvStrategy s : {KvStrategy::ring, KvStrategy::all_gather}) {
       const Measure m = measure(
           [&] {

@@ -102,10 +102,10 @@ int main(int argc, char** argv) {
         std::printf("| %lld x %lld | serial | %.2f | 0 | 0 | 0 | %s | | |\n", static_cast<long long>(n),
                     static_cast<long long>(n), m.seconds * 1e3, mib_cell(m.peak).c_str());
     }
-    const std::vector<int64_t> ext = split_extents(n, p);
+    const Extents ext = split_extents(n, p);
     Tensor xl = randn({1, C, ext[rank], n}, {DType::f32}, &gen);
     set_requires_grad(xl);
-    const ShardTensor xs = from_local(xl, mesh, {Placement::Shard(2)}, std::vector<std::vector<int64_t>>{ext});
+    const ShardTensor xs = from_local(xl, mesh, {Placement::Shard(2)}, AxisExtents{ext});
     Tensor g = randn({1, C, ext[rank], n}, {DType::f32}, &gen);
     mesh.flat().ledger().reset();
     const Measure m = measure(args.reps, [&] { backward(conv(xs, w, b, {1}, {1}, {1}).local(), g); });

@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     Mesh mesh(MPI_COMM_WORLD, -1, domain);  // ddp x domain
     const int ddp = mesh.axis_size("ddp");
     // The sharded tensors live on the domain group of this rank; the ddp axis is the optimizer's.
-    Mesh domain_mesh = Mesh::one_d(mesh.axis("domain").mpi_comm(), "domain");
+    Mesh domain_mesh = mesh.sub("domain");
     Mesh serial_mesh = Mesh::one_d(MPI_COMM_SELF, "domain");
 
     // Synthetic data, identical on every rank: one sample per ddp group.
