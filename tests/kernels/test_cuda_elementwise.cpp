@@ -16,6 +16,7 @@
 #include "tests/support/compare.h"
 #include "tests/support/reference.h"
 #include "tests/support/strided_operand.h"
+#include "tests/support/cuda_skip.h"
 
 namespace cpu = shardrt::kernels::cpu;
 namespace cu = shardrt::kernels::cuda;
@@ -46,10 +47,7 @@ std::vector<BroadcastCase> broadcast_cases() {
 
 TEMPLATE_TEST_CASE("cuda unary: in place equals out of place; relu and abs propagate NaN, kinks have derivative 0",
                    "[cuda][kernels]", float, double) {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   using T = TestType;
   const cu::UnaryOp ops[] = {cu::UnaryOp::neg,  cu::UnaryOp::exp,      cu::UnaryOp::log,       cu::UnaryOp::sqrt,
                              cu::UnaryOp::rsqrt, cu::UnaryOp::tanh,    cu::UnaryOp::erf,       cu::UnaryOp::abs,
@@ -80,10 +78,7 @@ TEMPLATE_TEST_CASE("cuda unary: in place equals out of place; relu and abs propa
 
 TEMPLATE_TEST_CASE("cuda pow_scalar, clamp, affine, fill and axpy with their backward", "[cuda][kernels]", float,
                    double) {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   using T = TestType;
   uint64_t seed = 400;
   for (int64_t n : kSizes) {
@@ -146,10 +141,7 @@ TEMPLATE_TEST_CASE("cuda pow_scalar, clamp, affine, fill and axpy with their bac
 
 TEMPLATE_TEST_CASE("cuda broadcasting binary, compare and where over strided inputs", "[cuda][kernels]", float,
                    double) {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   using T = TestType;
   // One op set for both backends (kernels/elementwise_ops.h): reference.h defines each op the CUDA kernel runs.
   using shardrt::kernels::BinaryOp, shardrt::kernels::CompareOp;

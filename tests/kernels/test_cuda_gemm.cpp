@@ -13,6 +13,7 @@
 #include "tests/kernels/cuda_testing.h"
 #include "tests/support/compare.h"
 #include "tests/support/reference.h"
+#include "tests/support/cuda_skip.h"
 
 namespace cu = shardrt::kernels::cuda;
 using shardrt::DType;
@@ -62,10 +63,7 @@ Vec from_half(DType t, const std::vector<uint16_t>& v) {
 }  // namespace
 
 TEMPLATE_TEST_CASE("cuda gemm: f32 and f64 against a host triple loop", "[cuda][kernels]", float, double) {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   using T = TestType;
   uint64_t seed = 1;
   for (const GemmDims d : {GemmDims{1, 1, 1}, GemmDims{7, 33, 5}, GemmDims{33, 7, 64}, GemmDims{65, 63, 127}}) {
@@ -93,10 +91,7 @@ TEMPLATE_TEST_CASE("cuda gemm: f32 and f64 against a host triple loop", "[cuda][
 
 TEMPLATE_TEST_CASE("cuda gemm_strided_batched: per-entry products, stride 0 shares an operand", "[cuda][kernels]",
                    float, double) {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   using T = TestType;
   const GemmDims d{7, 33, 17};
   const int64_t batch = 3;
@@ -128,10 +123,7 @@ TEMPLATE_TEST_CASE("cuda gemm_strided_batched: per-entry products, stride 0 shar
 }
 
 TEST_CASE("cuda gemm: bf16 and f16 read 16-bit matrices and accumulate in f32", "[cuda][kernels]") {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   const GemmDims d{33, 17, 64};
   uint64_t seed = 200;
   for (DType t : {DType::bf16, DType::f16}) {
@@ -164,10 +156,7 @@ TEST_CASE("cuda gemm: bf16 and f16 read 16-bit matrices and accumulate in f32", 
 }
 
 TEST_CASE("cuda gemm: empty products scale C by beta, empty outputs touch nothing", "[cuda][kernels]") {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   const int64_t M = 3, N = 4, ldc = 6;
   for (DType t : {DType::f32, DType::f64, DType::bf16}) {
     for (double beta : {0.0, 2.0, 1.0}) {

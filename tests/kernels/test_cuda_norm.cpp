@@ -12,15 +12,13 @@
 #include "tests/kernels/cuda_testing.h"
 #include "tests/support/compare.h"
 #include "tests/support/reference.h"
+#include "tests/support/cuda_skip.h"
 
 namespace cu = shardrt::kernels::cuda;
 using namespace shardrt::test;
 
 TEMPLATE_TEST_CASE("cuda layernorm forward and backward against fp64 formulas", "[cuda][kernels]", float, double) {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   using T = TestType;
   struct Case {
     int64_t rows, D;

@@ -12,15 +12,13 @@
 #include "tests/kernels/cuda_testing.h"
 #include "tests/support/compare.h"
 #include "tests/support/reference.h"
+#include "tests/support/cuda_skip.h"
 
 namespace cu = shardrt::kernels::cuda;
 using namespace shardrt::test;
 
 TEMPLATE_TEST_CASE("cuda reductions: NaN, infinities and the first NaN's index", "[cuda][kernels]", float, double) {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   using T = TestType;
   // Four slices of length 5: all -inf; holding +inf; two NaNs (the first at k = 1); plain values with a tie.
   const std::vector<Vec> slices = {{-kInf, -kInf, -kInf, -kInf, -kInf},

@@ -11,15 +11,13 @@
 #include "tests/kernels/cuda_testing.h"
 #include "tests/support/compare.h"
 #include "tests/support/reference.h"
+#include "tests/support/cuda_skip.h"
 
 namespace cu = shardrt::kernels::cuda;
 using namespace shardrt::test;
 
 TEMPLATE_TEST_CASE("cuda softmax and log_softmax in place, and an all -inf slice", "[cuda][kernels]", float, double) {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   using T = TestType;
   // In place (y aliases x, gx aliases gy) gives the bits of the out-of-place run, whose values the parity table
   // checks, for row (inner == 1) and column (inner > 1) layouts.

@@ -4,6 +4,7 @@
 #include "mesh/mesh.h"
 #include "mesh_testing.h"
 #include "runtime/cuda_context.h"
+#include "tests/support/cuda_skip.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
@@ -101,10 +102,7 @@ void run_suite(const Communicator& c, Device dev) {
 }  // namespace
 
 TEST_CASE("cuda: collectives on CUDA buffers match the host (automatic transport)", "[mesh][cuda]") {
-  if (cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   Mesh mesh = Mesh::one_d(MPI_COMM_WORLD);
   REQUIRE(mesh.device().is_cuda());
   mesh.axis("domain").init_cuda();
@@ -113,10 +111,7 @@ TEST_CASE("cuda: collectives on CUDA buffers match the host (automatic transport
 }
 
 TEST_CASE("cuda: MPI transport stages CUDA buffers through pinned memory", "[mesh][cuda]") {
-  if (cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   CommOptions o;
   o.cuda_transport = CudaTransport::mpi_staged;
   Mesh mesh(MPI_COMM_WORLD, -1, 1, o);

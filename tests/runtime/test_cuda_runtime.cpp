@@ -15,8 +15,10 @@
 #include "runtime/errors.h"
 #include "runtime/factories.h"
 #include "runtime/tensor.h"
+#include "tests/support/cuda_skip.h"
 
 using namespace shardrt;
+using shardrt::test::skip_without_cuda;
 
 namespace {
 
@@ -36,10 +38,7 @@ std::vector<double> sample_values(int64_t n) {
 }  // namespace
 
 TEST_CASE("cuda runtime: one stream per device, created once and shared by threads", "[cuda][runtime]") {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   cudaStream_t s = current_stream(0);
   CHECK(s != nullptr);
   CHECK(current_stream(0) == s);
@@ -55,10 +54,7 @@ TEST_CASE("cuda runtime: one stream per device, created once and shared by threa
 }
 
 TEST_CASE("cuda allocator: Tensor::empty on cuda:0 is counted and returned when freed", "[cuda][runtime]") {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   const MemoryStats before = memory_stats(kCuda0);
   {
     Tensor t = Tensor::empty({1000, 3}, DType::f32, kCuda0);
@@ -88,10 +84,7 @@ TEST_CASE("cuda allocator: Tensor::empty on cuda:0 is counted and returned when 
 }
 
 TEST_CASE("cuda copy: every dtype pair round-trips through strided views with conversion", "[cuda][runtime]") {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   const int64_t baseline = memory_stats(kCuda0).current_bytes;
   const std::vector<double> values = sample_values(35);
   for (DType src : kAllDTypes) {
@@ -136,10 +129,7 @@ TEST_CASE("cuda copy: every dtype pair round-trips through strided views with co
 }
 
 TEST_CASE("cuda fill_: every dtype, contiguous and strided", "[cuda][runtime]") {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   for (DType t : kAllDTypes) {
     INFO(dtype_name(t));
     for (double value : {2.75, 0.0, 1.00390625, -0.0}) {
@@ -161,10 +151,7 @@ TEST_CASE("cuda fill_: every dtype, contiguous and strided", "[cuda][runtime]") 
 }
 
 TEST_CASE("cuda rand/randn draw what the host draws for the same seed", "[cuda][runtime]") {
-  if (shardrt::cuda_device_count() == 0) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (skip_without_cuda()) return;
   for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
     for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{4099}}) {
       INFO(dtype_name(t) << " n=" << n);

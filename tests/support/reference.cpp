@@ -212,28 +212,44 @@ void ref_attention(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv, do
     }
 }
 
+namespace {
+
+// The window walk every sliding-window reference shares: for each output position (o0, o1, o2) of g and each
+// kernel tap inside the input (padding taps skipped), visit(out, tap, in) with the flat indices of the output
+// position, the tap and the input position within one (batch, channel) plane.
+template <typename Visit>
+void for_each_window_tap(const cpu::ConvGeometry& g, Visit&& visit) {
+  for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+    for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+      for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
+        const int64_t out_at = (o0 * g.out[1] + o1) * g.out[2] + o2;
+        for (int64_t k0 = 0; k0 < g.kernel[0]; ++k0)
+          for (int64_t k1 = 0; k1 < g.kernel[1]; ++k1)
+            for (int64_t k2 = 0; k2 < g.kernel[2]; ++k2) {
+              const int64_t i0 = o0 * g.stride[0] - g.pad[0] + k0 * g.dilation[0];
+              const int64_t i1 = o1 * g.stride[1] - g.pad[1] + k1 * g.dilation[1];
+              const int64_t i2 = o2 * g.stride[2] - g.pad[2] + k2 * g.dilation[2];
+              if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1] || i2 < 0 || i2 >= g.in[2]) continue;
+              visit(out_at, (k0 * g.kernel[1] + k1) * g.kernel[2] + k2, (i0 * g.in[1] + i1) * g.in[2] + i2);
+            }
+      }
+}
+
+}  // namespace
+
 Vec ref_conv(const cpu::ConvGeometry& g, const Vec& x, const Vec& w, const Vec* bias) {
   const int64_t in_vol = prod(g.in, 3), out_vol = prod(g.out, 3), taps = prod(g.kernel, 3);
   Vec y(g.batch * g.c_out * out_vol);
   for (int64_t b = 0; b < g.batch; ++b)
-    for (int64_t co = 0; co < g.c_out; ++co)
-      for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
-        for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
-          for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
-            double acc = bias ? (*bias)[co] : 0.0;
-            for (int64_t ci = 0; ci < g.c_in; ++ci)
-              for (int64_t k0 = 0; k0 < g.kernel[0]; ++k0)
-                for (int64_t k1 = 0; k1 < g.kernel[1]; ++k1)
-                  for (int64_t k2 = 0; k2 < g.kernel[2]; ++k2) {
-                    const int64_t i0 = o0 * g.stride[0] - g.pad[0] + k0 * g.dilation[0];
-                    const int64_t i1 = o1 * g.stride[1] - g.pad[1] + k1 * g.dilation[1];
-                    const int64_t i2 = o2 * g.stride[2] - g.pad[2] + k2 * g.dilation[2];
-                    if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1] || i2 < 0 || i2 >= g.in[2]) continue;
-                    acc += x[(b * g.c_in + ci) * in_vol + (i0 * g.in[1] + i1) * g.in[2] + i2] *
-                           w[(co * g.c_in + ci) * taps + (k0 * g.kernel[1] + k1) * g.kernel[2] + k2];
-                  }
-            y[(b * g.c_out + co) * out_vol + (o0 * g.out[1] + o1) * g.out[2] + o2] = acc;
-          }
+    for (int64_t co = 0; co < g.c_out; ++co) {
+      double* plane = y.data() + (b * g.c_out + co) * out_vol;
+      for (int64_t o = 0; o < out_vol; ++o) plane[o] = bias ? (*bias)[co] : 0.0;
+      for (int64_t ci = 0; ci < g.c_in; ++ci) {
+        const double* xs = x.data() + (b * g.c_in + ci) * in_vol;
+        const double* ws = w.data() + (co * g.c_in + ci) * taps;
+        for_each_window_tap(g, [&](int64_t out, int64_t tap, int64_t in) { plane[out] += xs[in] * ws[tap]; });
+      }
+    }
   return y;
 }
 
@@ -274,26 +290,15 @@ void ref_pool(const cpu::ConvGeometry& g, const Vec& x, Vec& avg, Vec& max, std:
   max.assign(avg.size(), -kInf);
   argmax.assign(avg.size(), -1);
   for (int64_t plane = 0; plane < g.batch * g.c_in; ++plane)
-    for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
-      for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
-        for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
-          const int64_t out_at = plane * out_vol + (o0 * g.out[1] + o1) * g.out[2] + o2;
-          for (int64_t k0 = 0; k0 < g.kernel[0]; ++k0)
-            for (int64_t k1 = 0; k1 < g.kernel[1]; ++k1)
-              for (int64_t k2 = 0; k2 < g.kernel[2]; ++k2) {
-                const int64_t i0 = o0 * g.stride[0] - g.pad[0] + k0 * g.dilation[0];
-                const int64_t i1 = o1 * g.stride[1] - g.pad[1] + k1 * g.dilation[1];
-                const int64_t i2 = o2 * g.stride[2] - g.pad[2] + k2 * g.dilation[2];
-                if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1] || i2 < 0 || i2 >= g.in[2]) continue;
-                const int64_t src = (i0 * g.in[1] + i1) * g.in[2] + i2;
-                const double v = x[plane * in_vol + src];
-                avg[out_at] += v / taps;
-                if (v > max[out_at]) {
-                  max[out_at] = v;
-                  argmax[out_at] = src;
-                }
-              }
-        }
+    for_each_window_tap(g, [&](int64_t out, int64_t, int64_t in) {
+      const int64_t out_at = plane * out_vol + out;
+      const double v = x[plane * in_vol + in];
+      avg[out_at] += v / taps;
+      if (v > max[out_at]) {
+        max[out_at] = v;
+        argmax[out_at] = in;
+      }
+    });
 }
 
 Vec ref_upsample(cpu::UpsampleMode mode, bool align_corners, int nd, int64_t planes, const int64_t* in,
