@@ -19,6 +19,9 @@
 //   conv_transpose     kernel == stride, no padding, any e_j   e_j * k                      none / none
 //   batch sharded      S(0)                                    e_j                          none / none
 //
+// Arguments: checked first, by the local op's rules and with its messages, against x's GLOBAL shape (dtype, rank,
+//   weight and bias shapes, kernel >= 1, stride/padding/dilation counts and ranges, the kernel fitting): the local
+//   op's typed error for the global tensor, the same on every rank, before any plan or collective.
 // Output: x's placements with the extents above, computed locally from every rank's extents. General path (the
 //   same numbers where both halo paths apply): output i is centred on input slice c = i + h - p, c in
 //   [h - p, L + p - h); coordinate j owns the centres in [o_j, o_j + e_j) (the first also those below 0, the last
@@ -47,6 +50,8 @@
 #include <algorithm>
 #include <functional>
 
+#include "autograd/ops/common.h"
+#include "kernels/cpu/conv.h"
 #include "patches/dispatch.h"
 #include "patches/errors.h"
 #include "patches/ops.h"
@@ -56,12 +61,6 @@
 namespace shardrt {
 
 namespace {
-
-std::vector<int64_t> per_dim(const std::vector<int64_t>& v, int nd, int64_t dflt) {
-  if (v.empty()) return std::vector<int64_t>(nd, dflt);
-  if (v.size() == 1) return std::vector<int64_t>(nd, v[0]);
-  return v;
-}
 
 std::string ext_str(const Extents& e) {
   std::string s;
@@ -83,21 +82,15 @@ std::string placement_problem(const ShardTensor& x) {
   return "";
 }
 
-WindowPlan plan_window(const ShardTensor& x, const std::vector<int64_t>& kernel_in, const std::vector<int64_t>& stride,
-                       const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation) {
+WindowPlan plan_window(const ShardTensor& x, const WindowArgs& args) {
   WindowPlan plan;
   plan.why_not = placement_problem(x);
   if (!plan.why_not.empty()) return plan;
   const int nd = x.dim() - 2;
-  const std::vector<int64_t> kernel = per_dim(kernel_in, nd, 1);
-  plan.stride = per_dim(stride, nd, 1);
-  plan.padding = per_dim(padding, nd, 0);
-  plan.dilation = per_dim(dilation, nd, 1);
-  if (static_cast<int>(kernel.size()) != nd || static_cast<int>(plan.stride.size()) != nd ||
-      static_cast<int>(plan.padding.size()) != nd || static_cast<int>(plan.dilation.size()) != nd) {
-    plan.why_not = "kernel/stride/padding/dilation do not match the spatial dims";
-    return plan;
-  }
+  const std::vector<int64_t>& kernel = args.kernel;
+  plan.stride = args.stride;
+  plan.padding = args.padding;
+  plan.dilation = args.dilation;
   for (int i = 0; i < nd; ++i) {
     WindowDim dp;
     dp.dim = 2 + i;
@@ -244,12 +237,75 @@ ShardTensor run_window(const char* op, const ShardTensor& x, const WindowPlan& p
 
 }  // namespace patch
 
+namespace {
+
+// The local ops' argument checks (autograd/ops/conv.cpp), with their messages, run on a stand-in for x's GLOBAL
+// tensor before any plan or collective: bad arguments are the local op's error for the global tensor, the same on
+// every rank, never a division by a zero stride or a shard-dependent path. (What only the local kernels need, the
+// 32-bit GEMM extents, the local op checks on each shard.)
+void check_conv_operands(const char* op, const Tensor& xg, const Tensor& w, const Tensor& bias) {
+  ops_detail::check_float(op, xg, "input");
+  ops_detail::check_float(op, w, "weight");
+  if (bias.defined()) ops_detail::check_float(op, bias, "bias");
+  ops_detail::check_compatible(op, {&xg, &w, &bias});
+}
+
+std::vector<int64_t> kernel_of(const char* op, const Tensor& w, int nd) {
+  std::vector<int64_t> kernel(nd);
+  for (int d = 0; d < nd; ++d) {
+    kernel[d] = w.size(2 + d);
+    SHARDRT_CHECK(kernel[d] >= 1, ShapeError, op, ": weight ", w.str(), " has an empty kernel");
+  }
+  return kernel;
+}
+
+patch::WindowArgs check_conv_args(const ShardTensor& x, const Tensor& w, const Tensor& bias,
+                                  const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                                  const std::vector<int64_t>& dilation) {
+  const char* op = "conv";
+  const Tensor xg = ops_detail::shape_stand_in(x.global_shape(), x.dtype(), x.local().device());
+  check_conv_operands(op, xg, w, bias);
+  const int nd = ops_detail::spatial_dims(op, xg);
+  SHARDRT_CHECK(w.dim() == xg.dim(), ShapeError, op, ": weight ", w.str(), " must be (Cout, Cin, *kernel) for input ",
+                xg.str());
+  SHARDRT_CHECK(w.size(1) == xg.size(1), ShapeError, op, ": input ", xg.str(), " has ", xg.size(1),
+                " channels but weight ", w.str(), " expects ", w.size(1));
+  SHARDRT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0)), ShapeError, op, ": bias ",
+                bias.str(), " must be (Cout) for weight ", w.str());
+  patch::WindowArgs args;
+  args.kernel = kernel_of(op, w, nd);
+  args.stride = ops_detail::per_spatial_dim(op, "stride", stride, nd, 1);
+  args.padding = ops_detail::per_spatial_dim(op, "padding", padding, nd, 0);
+  args.dilation = ops_detail::per_spatial_dim(op, "dilation", dilation, nd, 1);
+  for (int d = 0; d < nd; ++d) {
+    const int64_t in = xg.size(2 + d);
+    SHARDRT_CHECK(kernels::cpu::conv_output_size(in, args.kernel[d], args.stride[d], args.padding[d],
+                                                 args.dilation[d]) >= 1 || in == 0,
+                  ShapeError, op, ": kernel ", shape_str(args.kernel), " with dilation ", shape_str(args.dilation),
+                  " does not fit input ", xg.str(), " padded by ", shape_str(args.padding), " in spatial dim ", d);
+  }
+  return args;
+}
+
+void check_conv_transpose_args(const ShardTensor& x, const Tensor& w, const Tensor& bias) {
+  const char* op = "conv_transpose";
+  const Tensor xg = ops_detail::shape_stand_in(x.global_shape(), x.dtype(), x.local().device());
+  check_conv_operands(op, xg, w, bias);
+  const int nd = ops_detail::spatial_dims(op, xg);
+  SHARDRT_CHECK(w.dim() == xg.dim(), ShapeError, op, ": weight ", w.str(), " must be (Cin, Cout, *kernel) for input ",
+                xg.str());
+  SHARDRT_CHECK(w.size(0) == xg.size(1), ShapeError, op, ": input ", xg.str(), " has ", xg.size(1),
+                " channels but weight ", w.str(), " expects ", w.size(0));
+  SHARDRT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(1)), ShapeError, op, ": bias ",
+                bias.str(), " must be (Cout) for weight ", w.str());
+  kernel_of(op, w, nd);
+}
+
+}  // namespace
+
 ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride,
                  const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation) {
-  std::vector<int64_t> kernel;
-  for (int d = 2; d < w.dim(); ++d) kernel.push_back(w.size(d));
-  if (w.dim() != x.dim()) kernel.clear();
-  const patch::WindowPlan plan = patch::plan_window(x, kernel, stride, padding, dilation);
+  const patch::WindowPlan plan = patch::plan_window(x, check_conv_args(x, w, bias, stride, padding, dilation));
   if (!plan.why_not.empty())
     throw MissingShardPatch(detail::concat("conv: no patch for placements ", describe_placements({&x}), " on ",
                                            x.spec().str(), ": ", plan.why_not));
@@ -260,6 +316,7 @@ ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, cons
 }
 
 ShardTensor conv_transpose(const ShardTensor& x, const Tensor& w, const Tensor& bias) {
+  check_conv_transpose_args(x, w, bias);
   std::string why = patch::placement_problem(x);
   std::vector<patch::WindowDim> dims;
   for (int d = 2; why.empty() && d < x.dim(); ++d) {

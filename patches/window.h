@@ -79,10 +79,13 @@ struct WindowPlan {
   std::vector<WindowDim> dims;  // the sharded spatial dims
   std::vector<int64_t> stride, padding, dilation;  // for the local op (0 padding on halo dims: the halo op pads)
 };
-// Decided from the spec alone, identically on every rank. kernel/stride/padding/dilation: one entry per spatial
-// dim or one for all.
-WindowPlan plan_window(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
-                       const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation);
+// A window op's arguments, one entry per spatial dim, as the op's argument check returns them once it has
+// accepted them (kernel >= 1, stride >= 1, padding >= 0, dilation >= 1: the window planner divides by the stride).
+struct WindowArgs {
+  std::vector<int64_t> kernel, stride, padding, dilation;
+};
+// Decided from the spec and the checked arguments alone, identically on every rank.
+WindowPlan plan_window(const ShardTensor& x, const WindowArgs& args);
 // Halo-pads every halo dim (global edges filled with edge_value), the last one asynchronously while
 // `local_op` computes the interior outputs, then the edge strips; wraps the result with the planned extents.
 ShardTensor run_window(const char* op, const ShardTensor& x, const WindowPlan& plan, double edge_value,

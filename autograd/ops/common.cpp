@@ -15,6 +15,10 @@ void check_float(const char* op, const Tensor& t, const char* what) {
                 " must be f32 or f64, got ", t.str());
 }
 
+Tensor shape_stand_in(const Shape& shape, DType dtype, Device device) {
+  return Tensor::empty({}, dtype, device).expand(shape);
+}
+
 void check_compatible(const char* op, std::initializer_list<const Tensor*> ts) {
   const Tensor* first = nullptr;
   for (const Tensor* t : ts) {

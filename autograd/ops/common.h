@@ -41,6 +41,10 @@ decltype(auto) dispatch_float(const char* op, const Tensor& t, F&& f) {
 
 // Throws unless t is defined and floating (f32/f64).
 void check_float(const char* op, const Tensor& t, const char* what);
+// A tensor of `shape`, dtype and device whose data lives elsewhere (a sharded op's GLOBAL tensor): one element,
+// broadcast with stride 0. The checks here take it like any tensor, so a sharded op raises, before it plans or
+// communicates, the local op's error for the global tensor — the same type and message on every rank.
+Tensor shape_stand_in(const Shape& shape, DType dtype, Device device);
 // Throws unless all defined tensors share a dtype and a device.
 void check_compatible(const char* op, std::initializer_list<const Tensor*> ts);
 

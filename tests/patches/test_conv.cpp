@@ -1,8 +1,9 @@
 // Sharded convolution against the serial fp64 oracle: halo convs (1d/2d/3d, padding 0/1/2, dilation, kernel 5) on
 // 1-D meshes and the 2x2 mesh (H over "dx", W over "dy"), patchify (kernel == stride) and conv_transpose with no
 // collective but the weight-grad all-reduce, every parameter grad compared, the exact halo exchanges in the
-// ledger, and the MissingShardPatch cases (decided identically on every rank).
-#include "tests/patches/patch_testing.h"
+// ledger, the MissingShardPatch cases (decided identically on every rank), and the bad arguments refused with the
+// local op's error on every rank before any collective.
+#include "tests/patches/bad_input_testing.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
@@ -27,6 +28,91 @@ std::vector<ExpectedComm> halo_comms(const std::string& axis, int64_t fwd_bytes,
   return {{"conv.forward", "halo_exchange", axis, 1, fwd_bytes},
           {"conv.backward", "halo_exchange", axis, 1, fwd_bytes},
           {"conv.backward", "all_reduce", axis, 1, wb_bytes}};
+}
+
+// The arguments of one conv call, and the rows that call conv with them on the sharded x and (where the local op
+// refuses them too) on the global x.
+struct ConvArgs {
+  Tensor w, bias;
+  std::vector<int64_t> stride{1}, padding{0}, dilation{1};
+};
+
+template <typename E>
+BadInput conv_rejects(std::string name, std::string says, const Tensor& x, const ShardTensor& xs, ConvArgs a,
+                      bool local_rejects = true) {
+  std::function<void()> local;
+  if (local_rejects) local = [=] { (void)conv(x, a.w, a.bias, a.stride, a.padding, a.dilation); };
+  return rejects<E>(std::move(name), std::move(says),
+                    [=] { (void)conv(xs, a.w, a.bias, a.stride, a.padding, a.dilation); }, local);
+}
+
+template <typename E>
+BadInput conv_transpose_rejects(std::string name, std::string says, const Tensor& x, const ShardTensor& xs,
+                                const Tensor& w, const Tensor& bias) {
+  return rejects<E>(std::move(name), std::move(says), [=] { (void)conv_transpose(xs, w, bias); },
+                    [=] { (void)conv_transpose(x, w, bias); });
+}
+
+// Bad arguments for x (1, 2, 13) sharded along L (xs; xi: the same layout of an i64 x).
+std::vector<BadInput> conv1d_bad_inputs(const Tensor& x, const ShardTensor& xs, const Tensor& xi_full,
+                                        const ShardTensor& xi) {
+  const Tensor w = rnd({2, 2, 3}, 161), b = rnd({2}, 162), w0 = zeros({2, 2, 0}, {DType::f64});
+  std::vector<BadInput> rows = {
+      conv_rejects<ShapeError>("kernel 0", "conv: weight f64[2, 2, 0] cpu has an empty kernel", x, xs, {w0, b}),
+      conv_rejects<ValueError>("stride 0", "conv: stride [0] has an entry below 1", x, xs, {w, b, {0}}),
+      conv_rejects<ValueError>("stride -1", "conv: stride [-1] has an entry below 1", x, xs, {w, b, {-1}}),
+      conv_rejects<ValueError>("padding -1", "conv: padding [-1] has an entry below 0", x, xs, {w, b, {1}, {-1}}),
+      conv_rejects<ValueError>("dilation 0", "conv: dilation [0] has an entry below 1", x, xs,
+                               {w, b, {1}, {1}, {0}}),
+      conv_rejects<ValueError>("two strides for one dim", "conv: stride needs 1 or 1 entries", x, xs,
+                               {w, b, {1, 1}}),
+      conv_rejects<ValueError>("no stride", "conv: stride needs 1 or 1 entries", x, xs, {w, b, {}}),
+      conv_rejects<ShapeError>("weight channels", "conv: input f64[1, 2, 13] cpu has 2 channels but weight", x, xs,
+                               {rnd({2, 3, 3}, 163), b}),
+      conv_rejects<ShapeError>("weight rank", "conv: weight f64[2, 2, 3, 3] cpu must be (Cout, Cin, *kernel)", x, xs,
+                               {rnd({2, 2, 3, 3}, 164), b}),
+      conv_rejects<ShapeError>("bias size", "conv: bias f64[3] cpu must be (Cout)", x, xs, {w, rnd({3}, 165)}),
+      conv_rejects<ShapeError>("kernel wider than the padded input", "does not fit input f64[1, 2, 13]", x, xs,
+                               {rnd({2, 2, 17}, 166), b, {1}, {1}}),
+      conv_rejects<DTypeError>("weight dtype", "conv: dtypes differ", x, xs, {to_dtype(w, DType::f32), b}),
+      rejects<DTypeError>("i64 input", "conv: input must be f32 or f64, got i64[1, 2, 13]",
+                          [=] { (void)conv(xi, w, b); }, [=] { (void)conv(xi_full, w, b); }),
+      conv_transpose_rejects<ShapeError>("conv_transpose weight channels",
+                                         "conv_transpose: input f64[1, 2, 13] cpu has 2", x, xs, rnd({3, 2, 2}, 167),
+                                         Tensor()),
+      conv_transpose_rejects<ShapeError>("conv_transpose weight rank", "conv_transpose: weight f64[2, 2] cpu must be",
+                                         x, xs, rnd({2, 2}, 168), Tensor()),
+      conv_transpose_rejects<ShapeError>("conv_transpose kernel 0", "conv_transpose: weight f64[2, 2, 0] cpu has an "
+                                         "empty kernel", x, xs, w0, Tensor()),
+      conv_transpose_rejects<ShapeError>("conv_transpose bias size", "conv_transpose: bias f64[3] cpu must be (Cout)",
+                                         x, xs, rnd({2, 2, 2}, 169), rnd({3}, 170)),
+      rejects<DTypeError>("conv_transpose i64 input", "conv_transpose: input must be f32 or f64",
+                          [=] { (void)conv_transpose(xi, rnd({2, 2, 2}, 169)); },
+                          [=] { (void)conv_transpose(xi_full, rnd({2, 2, 2}, 169)); }),
+  };
+  // What the local op accepts but no patch splits (an axis of one rank splits nothing: accepted there).
+  if (xs.mesh().size() > 1)
+    rows.push_back(conv_rejects<MissingShardPatch>("stride 2 with kernel 3", "conv: no patch for placements", x, xs,
+                                                   {w, b, {2}, {1}}, false));
+  return rows;
+}
+
+// Bad arguments for x (1, 2, 9, 7) sharded along H and W over the 2x2 mesh.
+std::vector<BadInput> conv2d_bad_inputs(const Tensor& x, const ShardTensor& xs) {
+  const Tensor w = rnd({3, 2, 3, 3}, 171), b = rnd({3}, 172);
+  return {
+      conv_rejects<ValueError>("stride (1, 0)", "conv: stride [1, 0] has an entry below 1", x, xs, {w, b, {1, 0}}),
+      conv_rejects<ValueError>("padding (1, -1)", "conv: padding [1, -1] has an entry below 0", x, xs,
+                               {w, b, {1}, {1, -1}}),
+      conv_rejects<ValueError>("dilation 0", "conv: dilation [0] has an entry below 1", x, xs,
+                               {w, b, {1}, {1}, {0}}),
+      conv_rejects<ValueError>("three strides for two dims", "conv: stride needs 1 or 2 entries", x, xs,
+                               {w, b, {1, 1, 1}}),
+      conv_rejects<ShapeError>("kernel (3, 0)", "has an empty kernel", x, xs,
+                               {zeros({3, 2, 3, 0}, {DType::f64}), b}),
+      conv_rejects<ShapeError>("weight channels", "conv: input f64[1, 2, 9, 7] cpu has 2 channels", x, xs,
+                               {rnd({3, 4, 3, 3}, 173), b}),
+  };
 }
 
 }  // namespace
@@ -182,5 +268,33 @@ TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[pa
     const ShardedCheckResult zpr = check_sharded(line, conv_fn({2}, {0}, {1}), zp);
     INFO(zpr.report);
     CHECK(zpr.ok);
+  }
+}
+
+TEST_CASE("patch conv: bad arguments are the local op's error on every rank, before any plan or collective",
+          "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  const Tensor x = rnd({1, 2, 13}, 160), xi = iota({1, 2, 13}, DType::i64);
+  for (const ExtentsCase& e : extents_cases(13, line.size())) {
+    INFO("1-D mesh, " << e.name << " extents");
+    const ShardTensor xs = distribute(x, line, on_line(S(2)), AxisExtents{e.extents});
+    check_rejected(conv1d_bad_inputs(x, xs, xi, distribute(xi, line, on_line(S(2)), AxisExtents{e.extents})));
+    // The job goes on: a halo conv on the same layout (its collectives pair up on every rank).
+    ShardedCase ok = sharded_case("conv1d after the bad inputs", {x}, {on_line(S(2))}, {{e.extents}});
+    ok.params = {rnd({2, 2, 3}, 161), rnd({2}, 162)};
+    const ShardedCheckResult r = check_sharded(line, conv_fn({1}, {1}, {1}), ok);
+    INFO(r.report);
+    CHECK(r.ok);
+  }
+  if (!has_grid()) return;
+  const Tensor x2 = rnd({1, 2, 9, 7}, 174);
+  for (const AxisExtents& ext : grid_extents(9, 7)) {
+    const ShardTensor xs = distribute(x2, grid_mesh(), {S(2), S(3)}, ext);
+    check_rejected(conv2d_bad_inputs(x2, xs));
+    ShardedCase ok = sharded_case("conv2d 2x2 after the bad inputs", {x2}, {{S(2), S(3)}}, {ext});
+    ok.params = {rnd({3, 2, 3, 3}, 171), rnd({3}, 172)};
+    const ShardedCheckResult r = check_sharded(grid_mesh(), conv_fn({1}, {1}, {1}), ok);
+    INFO(r.report);
+    CHECK(r.ok);
   }
 }

@@ -1,8 +1,9 @@
 // Sharded pooling, upsampling and padding against the serial fp64 oracle on 1-D meshes and the 2x2 mesh: local
 // kernel == stride pooling, halo pooling (avg counts the zero padding, max pads with -inf), nearest upsampling
 // (local) and linear upsampling (halo of one slice), constant/reflect/replicate padding at the global edges only;
-// the exact halo exchanges in the ledger, and the MissingShardPatch cases.
-#include "tests/patches/patch_testing.h"
+// the exact halo exchanges in the ledger, the MissingShardPatch cases, and the bad arguments refused with the local
+// op's error on every rank before any collective.
+#include "tests/patches/bad_input_testing.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
@@ -16,6 +17,136 @@ std::vector<ExpectedComm> halo_lines(const std::string& op, const std::string& a
 
 ShardedFn one(std::function<ShardTensor(const ShardTensor&)> f) {
   return [f](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) { return std::vector<ShardTensor>{f(in[0])}; };
+}
+
+// A row calling `op` on the sharded x and, where the local op refuses the arguments too, on the global x.
+template <typename E>
+BadInput op_rejects(std::string name, std::string says, const Tensor& x, const ShardTensor& xs,
+                    std::function<void(const Tensor&)> local_op, std::function<void(const ShardTensor&)> sharded_op,
+                    bool local_rejects = true) {
+  std::function<void()> local;
+  if (local_rejects) local = [=] { local_op(x); };
+  return rejects<E>(std::move(name), std::move(says), [=] { sharded_op(xs); }, local);
+}
+
+// Rows for avg_pool or max_pool with (kernel, stride, padding).
+template <typename E>
+BadInput pool_rejects(bool is_max, std::string name, std::string says, const Tensor& x, const ShardTensor& xs,
+                      std::vector<int64_t> k, std::vector<int64_t> s, std::vector<int64_t> pad) {
+  const std::string op = is_max ? "max_pool" : "avg_pool";
+  return op_rejects<E>(
+      op + " " + name, op + ": " + says, x, xs,
+      [=](const Tensor& t) { (void)(is_max ? max_pool(t, k, s, pad) : avg_pool(t, k, s, pad)); },
+      [=](const ShardTensor& t) { (void)(is_max ? max_pool(t, k, s, pad) : avg_pool(t, k, s, pad)); });
+}
+
+template <typename E>
+BadInput upsample_rejects(bool linear, std::string name, std::string says, const Tensor& x, const ShardTensor& xs,
+                          std::vector<int64_t> out, bool local_rejects = true) {
+  const std::string op = linear ? "upsample_linear" : "upsample_nearest";
+  return op_rejects<E>(
+      op + " " + name, op + ": " + says, x, xs,
+      [=](const Tensor& t) { (void)(linear ? upsample_linear(t, out) : upsample_nearest(t, out)); },
+      [=](const ShardTensor& t) { (void)(linear ? upsample_linear(t, out) : upsample_nearest(t, out)); },
+      local_rejects);
+}
+
+template <typename E>
+BadInput pad_rejects(std::string name, std::string says, const Tensor& x, const ShardTensor& xs,
+                     std::vector<int64_t> pads, PadMode mode, bool local_rejects = true) {
+  return op_rejects<E>(
+      "pad " + name, "pad: " + says, x, xs, [=](const Tensor& t) { (void)pad(t, pads, mode); },
+      [=](const ShardTensor& t) { (void)pad(t, pads, mode); }, local_rejects);
+}
+
+// Bad arguments for x (1, 2, 13) sharded along L (xs; xi: the same layout of an i64 x).
+std::vector<BadInput> line_bad_inputs(const Tensor& x, const ShardTensor& xs, const Tensor& xi_full,
+                                      const ShardTensor& xi) {
+  struct PoolRow {
+    std::string name, says;
+    std::vector<int64_t> kernel, stride, padding;
+  };
+  const std::vector<PoolRow> pool_value_errors = {
+      {"kernel 0", "kernel [0] has an entry below 1", {0}, {}, {0}},
+      {"stride 0", "stride [0] has an entry below 1", {3}, {0}, {1}},
+      {"stride -1", "stride [-1] has an entry below 1", {3}, {-1}, {1}},
+      {"padding -1", "padding [-1] has an entry below 0", {3}, {1}, {-1}},
+      {"padding 2 with kernel 3", "padding [2] must be at most half the kernel [3] (input f64[1, 2, 13] cpu)", {3},
+       {1}, {2}},
+      {"two kernels for one dim", "kernel needs 1 or 1 entries", {3, 3}, {1}, {1}},
+      {"no kernel", "kernel needs 1 or 1 entries", {}, {1}, {0}},
+  };
+  std::vector<BadInput> rows;
+  for (bool is_max : {false, true}) {
+    for (const PoolRow& r : pool_value_errors)
+      rows.push_back(pool_rejects<ValueError>(is_max, r.name, r.says, x, xs, r.kernel, r.stride, r.padding));
+    rows.push_back(pool_rejects<ShapeError>(is_max, "kernel wider than the input",
+                                            "kernel [15] does not fit input f64[1, 2, 13] cpu", x, xs, {15}, {1}, {0}));
+    const std::string op = is_max ? "max_pool" : "avg_pool";
+    rows.push_back(rejects<DTypeError>(
+        op + " i64 input", op + ": input must be f32 or f64, got i64[1, 2, 13]",
+        [=] { (void)(is_max ? max_pool(xi, {3}, {1}, {1}) : avg_pool(xi, {3}, {1}, {1})); },
+        [=] { (void)(is_max ? max_pool(xi_full, {3}, {1}, {1}) : avg_pool(xi_full, {3}, {1}, {1})); }));
+  }
+  for (bool linear : {false, true}) {
+    rows.push_back(upsample_rejects<ValueError>(linear, "two sizes for one dim", "output size needs 1 or 1 entries", x,
+                                                xs, {26, 26}));
+    rows.push_back(upsample_rejects<ValueError>(linear, "no size", "output size needs 1 or 1 entries", x, xs, {}));
+    rows.push_back(
+        upsample_rejects<ValueError>(linear, "size -1", "output size [-1] has an entry below 0", x, xs, {-1}));
+    rows.push_back(upsample_rejects<ValueError>(linear, "size 0",
+                                                "output size [0] has a 0 for the non-empty spatial dim", x, xs, {0}));
+    // The local op resizes by any factor; the patch splits integer factors only.
+    rows.push_back(upsample_rejects<MissingShardPatch>(linear, "factor 20/13", "no patch for placements", x, xs, {20},
+                                                       false));
+    const std::string op = linear ? "upsample_linear" : "upsample_nearest";
+    rows.push_back(rejects<DTypeError>(
+        op + " i64 input", op + ": input must be f32 or f64",
+        [=] { (void)(linear ? upsample_linear(xi, {26}) : upsample_nearest(xi, {26})); },
+        [=] { (void)(linear ? upsample_linear(xi_full, {26}) : upsample_nearest(xi_full, {26})); }));
+  }
+  rows.push_back(pad_rejects<ValueError>("no pads", "expected 2, 4 or 6 pad values", x, xs, {}, PadMode::constant));
+  rows.push_back(pad_rejects<ValueError>("one pad", "expected 2, 4 or 6 pad values", x, xs, {1}, PadMode::constant));
+  rows.push_back(pad_rejects<ValueError>("eight pads", "expected 2, 4 or 6 pad values", x, xs, {1, 1, 1, 1, 1, 1, 1, 1},
+                                         PadMode::constant));
+  rows.push_back(pad_rejects<ShapeError>("cropping more than the dim", "pads (-7, -7) on dim 2 crop more than", x, xs,
+                                         {-7, -7}, PadMode::constant));
+  rows.push_back(pad_rejects<ShapeError>("reflect as wide as the dim", "reflect pads (13, 0) on dim 2 must be smaller",
+                                         x, xs, {13, 0}, PadMode::reflect));
+  // Negative widths that the local op crops by: on a sharded dim the patch has none (the contract's table).
+  rows.push_back(pad_rejects<MissingShardPatch>("negative widths on the sharded dim", "no patch for placements", x, xs,
+                                                {-1, 0}, PadMode::constant, false));
+  rows.push_back(rejects<DTypeError>("pad i64 input", "pad: input must be f32 or f64",
+                                     [=] { (void)pad(xi, {1, 1}); }, [=] { (void)pad(xi_full, {1, 1}); }));
+  return rows;
+}
+
+// Bad arguments for x (1, 2, 9, 7) sharded along H and W over the 2x2 mesh.
+std::vector<BadInput> grid_bad_inputs(const Tensor& x, const ShardTensor& xs) {
+  std::vector<BadInput> rows;
+  for (bool is_max : {false, true}) {
+    rows.push_back(pool_rejects<ValueError>(is_max, "kernel (3, 0)", "kernel [3, 0] has an entry below 1", x, xs,
+                                            {3, 0}, {1}, {0}));
+    rows.push_back(pool_rejects<ValueError>(is_max, "stride (1, 0)", "stride [1, 0] has an entry below 1", x, xs, {3},
+                                            {1, 0}, {1}));
+    rows.push_back(pool_rejects<ValueError>(is_max, "padding (1, 2) with kernel 3",
+                                            "padding [1, 2] must be at most half the kernel [3, 3]", x, xs, {3}, {1},
+                                            {1, 2}));
+    rows.push_back(
+        pool_rejects<ValueError>(is_max, "three kernels", "kernel needs 1 or 2 entries", x, xs, {3, 3, 3}, {1}, {1}));
+  }
+  for (bool linear : {false, true}) {
+    rows.push_back(upsample_rejects<ValueError>(linear, "sizes (18, 0)",
+                                                "output size [18, 0] has a 0 for the non-empty spatial dim 1", x, xs,
+                                                {18, 0}));
+    rows.push_back(upsample_rejects<ValueError>(linear, "three sizes", "output size needs 1 or 2 entries", x, xs,
+                                                {18, 14, 2}));
+  }
+  rows.push_back(pad_rejects<ShapeError>("cropping more than H", "pads (-5, -5) on dim 2 crop more than", x, xs,
+                                         {0, 0, -5, -5}, PadMode::constant));
+  rows.push_back(pad_rejects<MissingShardPatch>("negative widths on the sharded W", "no patch for placements", x, xs,
+                                                {0, -1}, PadMode::constant, false));
+  return rows;
 }
 
 }  // namespace
@@ -173,4 +304,44 @@ TEST_CASE("patch pool/upsample/pad: MissingShardPatch for what cannot be split e
     INFO(lr.report);
     CHECK(lr.ok);
   }
+}
+
+TEST_CASE("patch pool/upsample/pad: bad arguments are the local op's error on every rank, before any collective",
+          "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  const Tensor x = rnd({1, 2, 13}, 240), xi = iota({1, 2, 13}, DType::i64);
+  for (const ExtentsCase& e : extents_cases(13, line.size())) {
+    INFO("1-D mesh, " << e.name << " extents");
+    const ShardTensor xs = distribute(x, line, on_line(S(2)), AxisExtents{e.extents});
+    check_rejected(line_bad_inputs(x, xs, xi, distribute(xi, line, on_line(S(2)), AxisExtents{e.extents})));
+    // The job goes on: a halo pool and a linear upsample on the same layout (their collectives pair up).
+    const ShardedCheckResult r = check_sharded(
+        line, one([](const ShardTensor& t) { return upsample_linear(max_pool(t, {3}, {1}, {1}), {26}); }),
+        sharded_case("max_pool, upsample_linear after the bad inputs", {x}, {on_line(S(2))}, {{e.extents}}));
+    INFO(r.report);
+    CHECK(r.ok);
+  }
+  if (!has_grid()) return;
+  const Tensor x2 = rnd({1, 2, 9, 7}, 241);
+  for (const AxisExtents& ext : grid_extents(9, 7)) {
+    const ShardTensor xs = distribute(x2, grid_mesh(), {S(2), S(3)}, ext);
+    check_rejected(grid_bad_inputs(x2, xs));
+    const ShardedCheckResult r =
+        check_sharded(grid_mesh(), one([](const ShardTensor& t) { return avg_pool(t, {3}, {1}, {1}); }),
+                      sharded_case("avg_pool 2x2 after the bad inputs", {x2}, {{S(2), S(3)}}, {ext}));
+    INFO(r.report);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("patch upsample: one output size for every spatial dim, as the local op takes it", "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  // (1, 2, 6, 6) sharded along H, resized to (12, 12) from the one entry {12}.
+  const ShardedCheckResult r =
+      check_sharded(line, one([](const ShardTensor& t) { return upsample_nearest(t, {12}); }),
+                    sharded_case("nearest {12} on 6x6", {rnd({1, 2, 6, 6}, 242)}, {on_line(S(2))}));
+  INFO(r.report);
+  CHECK(r.ok);
+  const ShardTensor y = upsample_linear(distribute(rnd({1, 2, 6, 6}, 243), line, on_line(S(2))), {12});
+  CHECK(y.global_shape() == Shape{1, 2, 12, 12});
 }
