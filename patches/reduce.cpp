@@ -2,6 +2,8 @@
 //
 // Accepted placements: any Shard/Replicate placements; Partial -> MissingShardPatch (the sum of pending sums
 //   would be fine, but the mean/max of one is not, and no caller needs the first).
+// Arguments: checked first on x's global shape, as the local ops check them (f32/f64, dims in range and not
+//   repeated; amax: a non-empty reduction), with the op's own name, the same error on every rank.
 // Output placements: a Shard axis whose dim is kept stays Shard, renumbered past removed dims (keepdim = false),
 //   with its extents. A Shard axis whose dim is reduced becomes
 //     sum, mean: Partial — the local result is this rank's share of the global one, left pending (no collective);
@@ -22,6 +24,7 @@
 #include <limits>
 
 #include "autograd/function.h"
+#include "autograd/ops/common.h"
 #include "patches/dispatch.h"
 #include "patches/ops.h"
 #include "patches/patch_util.h"
@@ -151,21 +154,45 @@ ShardTensor amax_sharded(const ShardTensor& x, const std::vector<int>& dims_in, 
   return ShardTensor(keepdim ? y : reshape(y, spec.local_shape()), spec);
 }
 
+// The local ops' argument checks (autograd/ops/reduce.cpp) on a stand-in for x's global tensor, before any patch
+// runs, so that they are the same on every rank: a non-float x is the local op's DTypeError (a zero-size shard
+// would otherwise skip its local amax and walk on into the all-reduce alone), and dims out of range or repeated a
+// ShapeError. Returns the stand-in.
+Tensor check_reduce_args(const char* op, const ShardTensor& x, const std::vector<int>& dims) {
+  const Tensor xg = ops_detail::shape_stand_in(x.global_shape(), x.dtype(), x.local().device());
+  ops_detail::check_float(op, xg, "input");
+  std::vector<bool> seen(static_cast<size_t>(x.dim()), false);
+  for (int d : dims) {
+    const int w = ops_detail::wrap_dim_of(op, d, xg);
+    SHARDRT_CHECK(!seen[w], ShapeError, op, ": dim ", d, " given twice for ", xg.str());
+    seen[w] = true;
+  }
+  return xg;
+}
+
 }  // namespace
 
 ShardTensor sum(const ShardTensor& x, const std::vector<int>& dims, bool keepdim) {
   static const std::vector<ReducePatch> table = {{"sum/sharded-dims-to-partial", no_partial, sum_to_partial}};
+  check_reduce_args("sum", x, dims);
   return dispatch_patch("sum", table, {&x}, x, dims, keepdim);
 }
 
 ShardTensor mean(const ShardTensor& x, const std::vector<int>& dims, bool keepdim) {
   static const std::vector<ReducePatch> table = {{"mean/sharded-dims-to-partial", no_partial, mean_to_partial}};
+  check_reduce_args("mean", x, dims);
   return dispatch_patch("mean", table, {&x}, x, dims, keepdim);
 }
 
 ShardTensor amax(const ShardTensor& x, const std::vector<int>& dims, bool keepdim) {
   static const std::vector<ReducePatch> table = {{"amax/unsharded-dims", reduces_no_sharded_dim, amax_local},
                                                  {"amax/sharded-dims", no_partial, amax_sharded}};
+  const Tensor xg = check_reduce_args("amax", x, dims);
+  // A max over no element: the local op refuses it; sharded, every rank would all-reduce an empty part's -inf,
+  // a silently wrong result.
+  int64_t reduced = 1;
+  for (int d : patch::wrap_dims("amax", dims, x.dim())) reduced *= x.global_shape()[d];
+  SHARDRT_CHECK(reduced > 0, ShapeError, "amax: cannot reduce over an empty dimension of ", xg.str());
   return dispatch_patch("amax", table, {&x}, x, dims, keepdim);
 }
 

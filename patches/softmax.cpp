@@ -4,6 +4,8 @@
 //   sum is not a sum of softmaxes).
 //   dim not sharded: the local op on the local tensor, no collective.
 //   dim sharded by axis A: the distributed max and sum below.
+// Arguments: checked first on x's global shape, as the local op checks them (f32/f64, dim in range), with the
+//   op's own name ("softmax", "log_softmax"), the same error on every rank.
 // Output: x's spec unchanged (placements, global shape, per-rank extents).
 // Forward collectives (dim sharded by A): on A, under "<op>.forward", one all_reduce (max) of the local row maxima,
 //   then one all_reduce (sum) of the local row sums of exp(x - max); each numel(rows) * itemsize * (P-1) bytes,
@@ -12,6 +14,7 @@
 //   of g*y (softmax) or g (log_softmax), numel(rows) * itemsize * (P-1) bytes.
 // Saved for backward per rank: y, O(N/P) — both backwards need only the output.
 #include "autograd/function.h"
+#include "autograd/ops/common.h"
 #include "patches/dispatch.h"
 #include "patches/ops.h"
 #include "patches/patch_util.h"
@@ -73,15 +76,27 @@ std::vector<SoftmaxPatch> softmax_table(const char* op, bool is_log) {
   return {{"softmax/unsharded-dim", dim_unsharded, local}, {"softmax/sharded-dim", no_partial, sharded}};
 }
 
+// The local op's argument checks (autograd/ops/softmax.cpp) on a stand-in for x's global tensor, before any
+// patch runs: a non-float x or a dim out of range is the local op's error, named after the op the caller called
+// (not an internal step such as the amax of the row maxima), the same on every rank — a zero-size shard, which
+// would skip that amax, cannot walk on into the all-reduce alone.
+void check_softmax_args(const char* op, const ShardTensor& x, int dim) {
+  const Tensor xg = ops_detail::shape_stand_in(x.global_shape(), x.dtype(), x.local().device());
+  ops_detail::check_float(op, xg, "input");
+  ops_detail::wrap_dim_of(op, dim, xg);
+}
+
 }  // namespace
 
 ShardTensor softmax(const ShardTensor& x, int dim) {
   static const std::vector<SoftmaxPatch> table = softmax_table("softmax", false);
+  check_softmax_args("softmax", x, dim);
   return dispatch_patch("softmax", table, {&x}, x, dim);
 }
 
 ShardTensor log_softmax(const ShardTensor& x, int dim) {
   static const std::vector<SoftmaxPatch> table = softmax_table("log_softmax", true);
+  check_softmax_args("log_softmax", x, dim);
   return dispatch_patch("log_softmax", table, {&x}, x, dim);
 }
 

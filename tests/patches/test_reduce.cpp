@@ -1,10 +1,11 @@
 // Reduction patches against the serial fp64 oracle: sum/mean over sharded dims leave a pending sum (Partial) with
 // no collective, exact for uneven and zero-size shards; amax over sharded dims all-reduces the max and routes the
-// grad to the first maximum in global order (ties included).
+// grad to the first maximum in global order (ties included); bad arguments are the local op's error, named after
+// the op called, on every rank.
 #include <algorithm>
 #include <cmath>
 
-#include "tests/patches/patch_testing.h"
+#include "tests/patches/bad_input_testing.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
@@ -25,7 +26,75 @@ Tensor with_ties(const Shape& shape, uint64_t seed) {
   return from_vector(v, shape, {DType::f64});
 }
 
+using ReduceFn = ShardTensor (*)(const ShardTensor&, const std::vector<int>&, bool);
+using LocalReduceFn = Tensor (*)(const Tensor&, const std::vector<int>&, bool);
+
+// Bad arguments of sum, mean and amax for x sharded as xs (xi: an i64 x in the same layout); each refused by the
+// local op as well, with the same message for the global tensor.
+std::vector<BadInput> reduce_bad_inputs(const Tensor& x, const ShardTensor& xs, const Tensor& xi_full,
+                                        const ShardTensor& xi) {
+  struct Op {
+    std::string name;
+    ReduceFn sharded;
+    LocalReduceFn local;
+  };
+  const std::vector<Op> ops = {{"sum", &shardrt::sum, &shardrt::sum},
+                               {"mean", &shardrt::mean, &shardrt::mean},
+                               {"amax", &shardrt::amax, &shardrt::amax}};
+  const std::string xi_str = xi_full.str();
+  std::vector<BadInput> rows;
+  for (const Op& op : ops) {
+    auto row = [&](std::string name, std::string says, const ShardTensor& s, const Tensor& l, std::vector<int> dims) {
+      return rejects<ShapeError>(op.name + " " + name, op.name + ": " + says, [=] { (void)op.sharded(s, dims, false); },
+                                 [=] { (void)op.local(l, dims, false); });
+    };
+    rows.push_back(rejects<DTypeError>(op.name + " i64 input", op.name + ": input must be f32 or f64, got " + xi_str,
+                                       [=] { (void)op.sharded(xi, {1}, false); },
+                                       [=] { (void)op.local(xi_full, {1}, false); }));
+    rows.push_back(row("dim 3", "dim 3 is out of range", xs, x, {3}));
+    rows.push_back(row("dim -4", "dim -4 is out of range", xs, x, {-4}));
+    rows.push_back(row("dim 1 twice", "dim -2 given twice", xs, x, {1, -2}));
+  }
+  return rows;
+}
+
 }  // namespace
+
+TEST_CASE("patch sum/mean/amax: bad arguments are the local op's error, named after the op, on every rank",
+          "[patch]") {
+  const Mesh& line = line_mesh();
+  const Tensor x = rnd({2, 11, 3}, 59), xi = iota({2, 11, 3}, DType::i64);
+  auto amax_fn = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+    return std::vector<ShardTensor>{amax(in[0], {1}), amax(in[0], {0})};
+  };
+  for (const ExtentsCase& e : extents_cases(11, line.size())) {
+    INFO("1-D mesh, " << e.name << " extents");
+    const ShardTensor xs = distribute(x, line, on_line(S(1)), AxisExtents{e.extents});
+    check_rejected(reduce_bad_inputs(x, xs, xi, distribute(xi, line, on_line(S(1)), AxisExtents{e.extents})));
+    // The job goes on: amax over the sharded dim all-reduces on every rank.
+    const ShardedCheckResult r =
+        check_sharded(line, amax_fn, sharded_case("amax after the bad inputs", {x}, {on_line(S(1))}, {{e.extents}}));
+    INFO(r.report);
+    CHECK(r.ok);
+  }
+  // A max over no element: the local op refuses it, so every rank does (rather than all-reduce an empty -inf).
+  const Tensor empty = zeros({2, 0, 3}, {DType::f64});
+  const ShardTensor es = distribute(empty, line, on_line(S(1)));
+  check_rejected({rejects<ShapeError>("amax over an empty sharded dim",
+                                      "amax: cannot reduce over an empty dimension of f64[2, 0, 3]",
+                                      [=] { (void)amax(es, {1}); }, [=] { (void)amax(empty, {1}); })});
+  CHECK(sum(es, {1}).global_shape() == Shape{2, 3});  // a sum over nothing is 0: accepted, as the local op does
+  if (!has_grid()) return;
+  const Tensor x2 = rnd({5, 7, 3}, 60), xi2 = iota({5, 7, 3}, DType::i64);
+  for (const AxisExtents& ext : grid_extents(5, 7)) {
+    const ShardTensor xs = distribute(x2, grid_mesh(), kGridS0S1, ext);
+    check_rejected(reduce_bad_inputs(x2, xs, xi2, distribute(xi2, grid_mesh(), kGridS0S1, ext)));
+    const ShardedCheckResult r =
+        check_sharded(grid_mesh(), amax_fn, sharded_case("amax 2x2 after the bad inputs", {x2}, {kGridS0S1}, {ext}));
+    INFO(r.report);
+    CHECK(r.ok);
+  }
+}
 
 TEST_CASE("patch sum/mean: sharded dims give Partial, renumbered Shard otherwise, no collectives", "[patch]") {
   const Mesh& line = line_mesh();
