@@ -1,7 +1,12 @@
 // Normalisation patches against the serial fp64 oracle on 1-D and 2x2 meshes with uneven and zero-size shards,
 // every parameter grad compared, and the exact collectives: layer_norm with rows sharded (local statistics, one
 // all-reduce of the affine grads per sharded axis) and with normalised dims sharded (f64 moments all-gathered
-// and merged with Chan's formula), and group_norm with batch or spatial dims sharded.
+// and merged with Chan's formula), and group_norm with batch or spatial dims sharded; and f32 data far from
+// zero, whose merged statistics must be as accurate as the serial op's.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
 #include "tests/patches/patch_testing.h"
 
 using namespace shardrt;
@@ -214,6 +219,89 @@ TEST_CASE("patch group_norm: two spatial dims sharded on 2x2, and batch x spatia
                {"group_norm.backward", "all_reduce", "dy", 2,
                 all_reduce_bytes(2 * n_local * 2, 8, 2) + all_reduce_bytes(8, 8, 2)},
                {"group_norm.backward", "all_reduce", "dx", 1, all_reduce_bytes(8, 8, 2)}});
+}
+
+// ---- f32 statistics far from zero --------------------------------------------------------------------------------
+
+namespace {
+
+double max_abs_error(const Tensor& got, const Tensor& want) {
+  const std::vector<double> a = got.to_vector(), b = want.to_vector();
+  REQUIRE(a.size() == b.size());
+  double e = 0;
+  for (size_t i = 0; i < a.size(); ++i) e = std::max(e, std::abs(a[i] - b[i]));
+  return e;
+}
+
+// One layout of x, with the shape of the affine parameters.
+struct OffsetLayout {
+  std::string name;
+  Shape shape;
+  Placements placements;
+  AxisExtents extents;
+  Shape param_shape;
+};
+
+using SerialNorm = std::function<Tensor(const Tensor& x, const Tensor& w, const Tensor& b)>;
+using ShardedNorm = std::function<ShardTensor(const ShardTensor& x, const Tensor& w, const Tensor& b)>;
+
+// x = offset + randn, rounded to f32 once; the fp64 reference runs on that same f32 data (promoted), so each
+// error measured is the op's own. The serial f32 op sets the bar: its statistics are f64 within a row, so its
+// error is the f32 rounding of the output; merged statistics must not do much worse whatever the offset.
+void check_f32_offsets(const Mesh& mesh, const OffsetLayout& l, const SerialNorm& serial, const ShardedNorm& sharded) {
+  const std::vector<Tensor> p = affine(l.param_shape, 71);
+  const Tensor w = p[0].to(DType::f32), b = p[1].to(DType::f32);
+  for (double offset : {0.0, 1e3, 1e5}) {
+    const Tensor x = add_scalar(rnd(l.shape, 70), offset).to(DType::f32);
+    const Tensor want = serial(x.to(DType::f64), w.to(DType::f64), b.to(DType::f64));
+    const double serial_error = max_abs_error(serial(x, w, b), want);
+    const Tensor got = full_tensor(sharded(distribute(x, mesh, l.placements, l.extents), w, b));
+    const double sharded_error = max_abs_error(got, want);
+    INFO(l.name << ", offset " << offset << ": serial f32 error " << serial_error << ", sharded f32 error "
+                << sharded_error);
+    CHECK(serial_error < 1e-6);
+    CHECK(sharded_error <= 10 * serial_error);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("patch layer_norm / group_norm: f32 far from zero, merged statistics as accurate as the serial op",
+          "[norm]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  const SerialNorm ln_serial = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return layer_norm(x, {w.size(0)}, w, b);
+  };
+  const ShardedNorm ln_sharded = [](const ShardTensor& x, const Tensor& w, const Tensor& b) {
+    return layer_norm(x, {w.size(0)}, w, b);
+  };
+  const SerialNorm gn_serial = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return group_norm(x, 2, w, b);
+  };
+  const ShardedNorm gn_sharded = [](const ShardTensor& x, const Tensor& w, const Tensor& b) {
+    return group_norm(x, 2, w, b);
+  };
+  for (const ExtentsCase& e : extents_cases(11, p))
+    check_f32_offsets(line, {"layer_norm (11) S(1) " + e.name, {3, 11}, {S(1)}, {e.extents}, {11}}, ln_serial,
+                      ln_sharded);
+  for (const ExtentsCase& e : extents_cases(13, p))
+    check_f32_offsets(line, {"group_norm S(2) " + e.name, {2, 4, 13}, {S(2)}, {e.extents}, {4}}, gn_serial,
+                      gn_sharded);
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  const SerialNorm ln2_serial = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return layer_norm(x, {5, 7}, w, b);
+  };
+  const ShardedNorm ln2_sharded = [](const ShardTensor& x, const Tensor& w, const Tensor& b) {
+    return layer_norm(x, {5, 7}, w, b);
+  };
+  for (const AxisExtents& ext : grid_extents(5, 7)) {
+    check_f32_offsets(grid, {"layer_norm 2x2 both normalised", {3, 5, 7}, {S(1), S(2)}, ext, {5, 7}}, ln2_serial,
+                      ln2_sharded);
+    check_f32_offsets(grid, {"group_norm 2x2 spatial", {2, 4, 5, 7}, {S(2), S(3)}, ext, {4}}, gn_serial,
+                      gn_sharded);
+  }
 }
 
 TEST_CASE("patch group_norm / layer_norm: unsupported placements are MissingShardPatch", "[norm]") {
