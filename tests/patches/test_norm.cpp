@@ -304,6 +304,39 @@ TEST_CASE("patch layer_norm / group_norm: f32 far from zero, merged statistics a
   }
 }
 
+TEST_CASE("patch layer_norm / group_norm: bf16 x with sharded statistics: within one bf16 rounding of the reference",
+          "[norm]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  const std::vector<Tensor> ln_p = affine({11}, 72), gn_p = affine({4}, 73);
+  // Every element within one bf16 rounding (2^-9 relative; 2^-8 leaves room for the reference's own last bits):
+  // the statistics are merged in f64 and only the output is rounded to bf16.
+  auto check_rounded_once = [](const std::string& name, const Tensor& got, const Tensor& want) {
+    const std::vector<double> a = got.to_vector(), b = want.to_vector();
+    REQUIRE(a.size() == b.size());
+    size_t i = 0;
+    while (i < a.size() && std::abs(a[i] - b[i]) <= std::ldexp(std::abs(b[i]), -8) + 1e-12) ++i;
+    INFO(name << ": first element beyond one bf16 rounding: " << i << " of " << a.size());
+    CHECK(i == a.size());
+  };
+  for (const ExtentsCase& e : extents_cases(11, p)) {
+    const Tensor x = add_scalar(rnd({3, 11}, 74), 3.0).to(DType::bf16);
+    const Tensor w = ln_p[0].to(DType::bf16), b = ln_p[1].to(DType::bf16);
+    const Tensor want = layer_norm(x.to(DType::f64), {11}, w.to(DType::f64), b.to(DType::f64));
+    const ShardTensor y = layer_norm(distribute(x, line, {S(1)}, AxisExtents{e.extents}), {11}, w, b);
+    REQUIRE(y.local().dtype() == DType::bf16);
+    check_rounded_once("layer_norm bf16 S(1) " + e.name, full_tensor(y), want);
+  }
+  for (const ExtentsCase& e : extents_cases(13, p)) {
+    const Tensor x = add_scalar(rnd({2, 4, 13}, 75), 3.0).to(DType::bf16);
+    const Tensor w = gn_p[0].to(DType::bf16), b = gn_p[1].to(DType::bf16);
+    const Tensor want = group_norm(x.to(DType::f64), 2, w.to(DType::f64), b.to(DType::f64));
+    const ShardTensor y = group_norm(distribute(x, line, {S(2)}, AxisExtents{e.extents}), 2, w, b);
+    REQUIRE(y.local().dtype() == DType::bf16);
+    check_rounded_once("group_norm bf16 S(2) " + e.name, full_tensor(y), want);
+  }
+}
+
 TEST_CASE("patch group_norm / layer_norm: unsupported placements are MissingShardPatch", "[norm]") {
   const Mesh& line = line_mesh();
   const ShardTensor channels = distribute(rnd({2, 4, 5}, 90), line, on_line(Placement::Shard(1)));
