@@ -48,11 +48,12 @@ ShardTensor linear(const ShardTensor& x, const Tensor& weight, const Tensor& bia
 // and N * groups for group_norm; A: each mesh axis sharding a normalised or spatial dim):
 //   placement of x                              forward                      backward
 //   layer_norm: leading dims sharded, or R      none                         1 all_reduce of w|b grads / Shard axis
-//   layer_norm: a normalised dim sharded        2 all_reduce of n stats / A  1 all_reduce of 2n sums / A, + w|b
+//   layer_norm: a normalised dim sharded        1 all_gather of 2n f64 / A   1 all_reduce of 2n f64 sums / A, + w|b
 //   group_norm: batch dim sharded, or R         none                         1 all_reduce of w|b grads / Shard axis
-//   group_norm: spatial dims sharded            2 all_reduce of n stats / A  1 all_reduce of 2n sums / A, + w|b
-// Statistics over sharded dims are merged exactly (two passes, >= f32, f64 for f64), uneven and zero-size shards
-// included. group_norm's x is (N, C, *spatial); a sharded channel dim has no patch.
+//   group_norm: spatial dims sharded            1 all_gather of 2n f64 / A   1 all_reduce of 2n f64 sums / A, + w|b
+// Statistics over sharded dims are in f64 for every dtype: each rank's (mean, M2) all-gathered and merged with
+// Chan et al.'s formula in rank order (bit-identical on every rank; counts exact from the extents, uneven and
+// zero-size shards included). group_norm's x is (N, C, *spatial); a sharded channel dim has no patch.
 ShardTensor layer_norm(const ShardTensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                        const Tensor& bias = Tensor(), double eps = 1e-5);
 ShardTensor group_norm(const ShardTensor& x, int64_t groups, const Tensor& weight = Tensor(),
