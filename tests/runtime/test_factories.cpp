@@ -79,3 +79,18 @@ TEST_CASE("rand and randn: non-finite or reversed parameters are a ValueError, a
   CHECK(randn({2}, {}, &g, 0.5, 0.0).to_vector() == std::vector<double>{0.5, 0.5});
   CHECK(g.offset() == 2);
 }
+
+TEST_CASE("allocator: a request the host cannot hold is a typed error naming the bytes", "[runtime]") {
+  const MemoryStats before = memory_stats(Device::cpu());
+  // Rounding this up to the 64-byte alignment wrapped to 0, and aligned_alloc(64, 0) returned a pointer.
+  const std::size_t near_max = std::numeric_limits<std::size_t>::max() - 10;
+  REQUIRE_TYPED_ERROR(cpu_allocator().allocate(near_max), ValueError,
+                      "cpu_allocator: " + std::to_string(near_max) + " bytes requested");
+  // 2^60 bytes: a count and a byte size that fit, but more than any host's address space.
+  REQUIRE_TYPED_ERROR(zeros({int64_t{1} << 57}, {DType::f64}), ValueError,
+                      "cpu_allocator: out of host memory allocating 1152921504606846976 bytes");
+  REQUIRE_TYPED_ERROR(arange(0, 0x1p57), ValueError, "allocating 1152921504606846976 bytes");
+  const MemoryStats after = memory_stats(Device::cpu());
+  CHECK(after.current_bytes == before.current_bytes);
+  CHECK(after.allocations == before.allocations);
+}
