@@ -1,5 +1,6 @@
 #include "runtime/allocator.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 
@@ -15,6 +16,10 @@ class CpuAllocator final : public Allocator {
   void* allocate(std::size_t bytes) override {
     if (bytes == 0) return nullptr;
     constexpr std::size_t kAlign = 64;
+    // Rounding a request within 63 bytes of SIZE_MAX up would wrap to 0, and aligned_alloc(64, 0) returns a
+    // valid pointer to nothing.
+    if (bytes > SIZE_MAX - (kAlign - 1))
+      throw ValueError(detail::concat("cpu_allocator: ", bytes, " bytes requested, more than host memory can hold"));
     std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
     void* p = std::aligned_alloc(kAlign, rounded);
     if (!p) throw ValueError(detail::concat("cpu_allocator: out of host memory allocating ", bytes, " bytes"));

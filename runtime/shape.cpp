@@ -6,10 +6,27 @@
 
 namespace shardrt {
 
-int64_t shape_numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
+int64_t shape_numel(const Shape& s, const char* op) {
+  for (int64_t d : s) SHARDRT_CHECK(d >= 0, ShapeError, op, ": negative size in shape ", shape_str(s));
+  const bool has_zero = std::find(s.begin(), s.end(), 0) != s.end();
+  int64_t nonzero_product = 1;
+  for (int64_t d : s) {
+    if (d != 0 && __builtin_mul_overflow(nonzero_product, d, &nonzero_product))
+      throw ShapeError(detail::concat(op, ": shape ", shape_str(s),
+                                      has_zero ? " has nonzero sizes whose product exceeds 2^63 - 1, so its strides "
+                                                 "overflow"
+                                               : " has more than 2^63 - 1 elements"));
+  }
+  return has_zero ? 0 : nonzero_product;
+}
+
+int64_t shape_nbytes(const Shape& s, DType dtype, const char* op) {
+  const int64_t numel = shape_numel(s, op);
+  const auto itemsize = static_cast<int64_t>(dtype_size(dtype));
+  int64_t bytes = 0;
+  SHARDRT_CHECK(!__builtin_mul_overflow(numel, itemsize, &bytes), ShapeError, op, ": shape ", shape_str(s), " of ",
+                dtype_name(dtype), " needs more than 2^63 - 1 bytes (", numel, " elements of ", itemsize, " bytes)");
+  return bytes;
 }
 
 Strides contiguous_strides(const Shape& s) {
@@ -44,6 +61,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
                   " do not broadcast");
     out[i] = da == 1 ? db : da;
   }
+  // Two valid shapes can broadcast to one with more elements than int64 counts ([2^32, 1] with [1, 2^32]).
+  shape_numel(out, op);
   return out;
 }
 

@@ -13,18 +13,18 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Strides strides, i
       dtype_(dtype) {
   SHARDRT_CHECK(shape_.size() == strides_.size(), ShapeError, "Tensor: shape ", shape_str(shape_), " and strides ",
                 shape_str(strides_), " differ in rank");
-  for (int64_t d : shape_) SHARDRT_CHECK(d >= 0, ShapeError, "Tensor: negative size in shape ", shape_str(shape_));
+  // Every tensor's element count fits in int64, so numel() and the loops over it never wrap.
+  shape_numel(shape_, "Tensor");
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t d : shape) SHARDRT_CHECK(d >= 0, ShapeError, "empty: negative size in shape ", shape_str(shape));
-  auto storage = Storage::allocate(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  auto storage = Storage::allocate(static_cast<std::size_t>(shape_nbytes(shape, dtype, "empty")), device);
   return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }
 
 Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, Device device, std::shared_ptr<void> keep_alive) {
-  auto storage =
-      Storage::wrap(data, static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype), device, std::move(keep_alive));
+  auto storage = Storage::wrap(data, static_cast<std::size_t>(shape_nbytes(shape, dtype, "from_blob")), device,
+                               std::move(keep_alive));
   return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
 }
 
@@ -75,7 +75,8 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op, const Shape
       infer = static_cast<int>(i);
     } else {
       SHARDRT_CHECK(out[i] >= 0, ShapeError, op, ": negative size in ", shape_str(shape));
-      known *= out[i];
+      SHARDRT_CHECK(!__builtin_mul_overflow(known, out[i], &known), ShapeError, op, ": shape ", shape_str(shape),
+                    " has more than 2^63 - 1 elements");
     }
   }
   if (infer >= 0) {
@@ -83,7 +84,8 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op, const Shape
                   " for ", numel, " elements (from ", shape_str(from), ")");
     out[infer] = numel / known;
   }
-  SHARDRT_CHECK(shape_numel(out) == numel, ShapeError, op, ": shape ", shape_str(shape), " has ", shape_numel(out),
+  const int64_t out_numel = shape_numel(out, op);
+  SHARDRT_CHECK(out_numel == numel, ShapeError, op, ": shape ", shape_str(shape), " has ", out_numel,
                 " elements but the tensor ", shape_str(from), " has ", numel);
   return out;
 }
@@ -138,8 +140,9 @@ Tensor Tensor::reshape(const Shape& shape) const {
 
 Tensor Tensor::narrow(int d, int64_t start, int64_t length) const {
   int dd = wrap_dim(d, dim(), "narrow");
-  SHARDRT_CHECK(start >= 0 && length >= 0 && start + length <= shape_[dd], ShapeError, "narrow: range [", start, ", ",
-                start + length, ") out of bounds for dim ", d, " of ", str());
+  // Compared without forming start + length, which can overflow int64 and wrap to a range that looks in bounds.
+  SHARDRT_CHECK(start >= 0 && length >= 0 && length <= shape_[dd] && start <= shape_[dd] - length, ShapeError,
+                "narrow: start ", start, " and length ", length, " out of bounds for dim ", d, " of ", str());
   Shape s = shape_;
   s[dd] = length;
   return with_geometry(s, strides_, offset_ + start * strides_[dd]);
@@ -188,7 +191,6 @@ Tensor Tensor::expand(const Shape& shape) const {
   Strides st(shape.size(), 0);
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i < lead) {
-      SHARDRT_CHECK(shape[i] >= 0, ShapeError, "expand: negative size in ", shape_str(shape));
       s[i] = shape[i];
       continue;
     }
@@ -198,6 +200,8 @@ Tensor Tensor::expand(const Shape& shape) const {
     s[i] = want;
     st[i] = have == want ? strides_[i - lead] : 0;
   }
+  // Stride 0 costs no memory, so only the count can be wrong: a negative size, or more elements than int64 holds.
+  shape_numel(s, "expand");
   return with_geometry(s, st, offset_);
 }
 

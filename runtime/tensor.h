@@ -42,7 +42,9 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const;
   bool is_contiguous() const;
-  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
+  // Bytes of the elements this view addresses (not of its storage); ShapeError when an expanded view addresses
+  // more than int64 counts.
+  std::size_t nbytes() const { return static_cast<std::size_t>(shape_nbytes(shape_, dtype_, "nbytes")); }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   // "f32[2, 3] cpu": used in every error message.
   std::string str() const;
