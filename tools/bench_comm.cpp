@@ -170,8 +170,9 @@ int main(int argc, char** argv) {
       const double t_ours = t[0], t_checked = t[1], t_ref = t[2];
       if (rank == 0) {
         auto bw = [&](double s) { return static_cast<double>(bytes) / s / 1e9 * factors[k]; };
-        std::printf("| %s | %s | %.1f | %.2f | %.1f | %+.1f | %.1f | %.2f |\n", names[k], bench::size_str(bytes).c_str(),
-                    t_ours * 1e6, bw(t_ours), t_checked * 1e6, (t_checked - t_ours) * 1e6, t_ref * 1e6, bw(t_ref));
+        std::printf("| %s | %s | %.1f | %.2f | %.1f | %+.1f | %.1f | %.2f |\n", names[k],
+                    bench::size_str(bytes).c_str(), t_ours * 1e6, bw(t_ours), t_checked * 1e6,
+                    (t_checked - t_ours) * 1e6, t_ref * 1e6, bw(t_ref));
         std::fflush(stdout);
       }
     }

@@ -8,7 +8,8 @@
 set -u
 mpiexec=$1 probe=$2 ranks=$3 mode=$4 checked=${5:-0}
 deadline=3
-export SHARDRT_COMM_CHECK=$checked SHARDRT_COMM_TIMEOUT=$deadline OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+export SHARDRT_COMM_CHECK=$checked SHARDRT_COMM_TIMEOUT=$deadline \
+       OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
        OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -19,7 +20,8 @@ timeout -k 10 120 "$mpiexec" -n "$ranks" --oversubscribe --bind-to none "$probe"
 rc=$?
 elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
 cat "$log"
-echo "failure_probe.sh: mode=$mode checked=$checked ranks=$ranks exit=$rc elapsed=${elapsed_ms} ms deadline=${deadline} s"
+echo "failure_probe.sh: mode=$mode checked=$checked ranks=$ranks exit=$rc elapsed=${elapsed_ms} ms" \
+     "deadline=${deadline} s"
 
 fail() { echo "failure_probe.sh: FAILED: $*"; exit 1; }
 test $rc -ne 0 -a $rc -ne 124 -a $rc -ne 137 || fail "expected a non-zero exit other than the launcher timeout (124, 137), got $rc"

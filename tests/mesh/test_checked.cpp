@@ -250,7 +250,8 @@ TEST_CASE("checked: ring shift and halo exchange check the neighbours' sizes and
   CHECK_THAT(comm_error_of([&] { c->ring_shift_async(full({3}, 1.0), out).wait(); }),
              Catch::Contains("the message sizes"));
   const DType t = r == 0 ? DType::f64 : DType::f32;  // the same bytes on the wire
-  CHECK_THAT(comm_error_of([&] { c->ring_shift(full({r == 0 ? 3 : 6}, 1.0, {t}), Tensor::empty({r == 0 ? 3 : 6}, t)); }),
+  const int64_t n = r == 0 ? 3 : 6;
+  CHECK_THAT(comm_error_of([&] { c->ring_shift(full({n}, 1.0, {t}), Tensor::empty({n}, t)); }),
              Catch::Contains("ranks disagree on dtype (f64 on rank 0; f32 on"));
 
   // Halo widths must be the same vectors everywhere.
