@@ -9,6 +9,11 @@ namespace shardrt {
 
 std::optional<std::string> Communicator::agree(bool ok_here, const std::string& msg) const {
   const char* kind = "agree";
+  enter_collective();
+  CallSignature sig(kind);
+  sig.dtype = static_cast<int64_t>(DType::u8);
+  sig.count = 1;
+  check_signature(sig);
   CommBackend& be = host_backend(kind);
   const int p = size();
   record(kind, p - 1);

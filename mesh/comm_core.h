@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -29,6 +30,11 @@ struct CommCore {
   double timeout_s = 300;
   FailurePolicy policy = FailurePolicy::abort_job;
   bool broken = false;  // set after a failure under throw_error: later calls must not touch the transport
+  bool check = false;   // checked mode: agree on each collective's signature first (mesh/signature.h)
+  // Collectives entered on this communicator, counted before their arguments are validated, so a rank that
+  // failed one locally and went on is one ahead of its peers in checked mode.
+  int64_t seq = 0;
+  int64_t signature_checks = 0;  // signature all-gathers issued (none unless checked and P > 1)
 
   // "all_reduce on axis 'domain' (rank 1 of 4, world ranks {0, 1, 2, 3})"
   std::string where(const char* kind) const;

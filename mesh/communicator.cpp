@@ -2,10 +2,13 @@
 
 #include <functional>
 #include <numeric>
+#include <string_view>
 
+#include "mesh/check_mode.h"
 #include "mesh/comm_core.h"
 #include "mesh/device_binding.h"
 #include "mesh/mpi_backend.h"
+#include "mesh/mpi_call.h"
 #include "runtime/errors.h"
 #ifdef SHARDRT_WITH_NCCL
 #include "mesh/nccl_backend.h"
@@ -54,6 +57,8 @@ void require_reducible(const CommCore& core, const char* kind, DType t, ReduceOp
 
 bool widens(DType t, Accumulate acc) { return acc == Accumulate::f32 && (t == DType::bf16 || t == DType::f16); }
 
+int64_t op_code(ReduceOp op, bool wide) { return static_cast<int64_t>(op) * 2 + (wide ? 1 : 0); }
+
 #ifdef SHARDRT_WITH_NCCL
 int64_t host_hash() {
   char name[MPI_MAX_PROCESSOR_NAME];
@@ -76,32 +81,39 @@ Communicator::Communicator(MPI_Comm comm, std::string axis, CommOptions opts) {
   core_->axis = std::move(axis);
   core_->timeout_s = opts.timeout_s > 0 ? opts.timeout_s : default_comm_timeout();
   core_->policy = opts.failure;
-  MPI_Comm_rank(comm, &core_->rank);
-  MPI_Comm_size(comm, &core_->size);
+  core_->check = comm_check_enabled(opts.check_collectives);
+  {
+    // Until the duplicate exists, ShardRT's calls go to the caller's communicator, whose handler may be fatal.
+    ErrorsReturnScope errors_return(comm);
+    const std::string at = detail::concat("Communicator '", core_->axis, "' setup");
+    check_mpi(MPI_Comm_rank(comm, &core_->rank), "MPI_Comm_rank", at);
+    check_mpi(MPI_Comm_size(comm, &core_->size), "MPI_Comm_size", at);
 
-  MPI_Group group, world;
-  MPI_Comm_group(comm, &group);
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
-  std::vector<int> local(core_->size);
-  std::iota(local.begin(), local.end(), 0);
-  core_->world_ranks.resize(core_->size);
-  MPI_Group_translate_ranks(group, core_->size, local.data(), world, core_->world_ranks.data());
-  MPI_Group_free(&group);
-  MPI_Group_free(&world);
+    MPI_Group group, world;
+    check_mpi(MPI_Comm_group(comm, &group), "MPI_Comm_group", at);
+    check_mpi(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group", at);
+    std::vector<int> local(core_->size);
+    std::iota(local.begin(), local.end(), 0);
+    core_->world_ranks.resize(core_->size);
+    check_mpi(MPI_Group_translate_ranks(group, core_->size, local.data(), world, core_->world_ranks.data()),
+              "MPI_Group_translate_ranks", at);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
 
-  Call setup = core_->call("communicator setup");
-  MPI_Request req;
-  MPI_Comm_idup(comm, &core_->comm, &req);
-  mpi_wait(*core_, setup, req);
-  // Errors come back as codes so they become CommErrors naming the collective, not MPI's own abort.
-  MPI_Comm_set_errhandler(core_->comm, MPI_ERRORS_RETURN);
-
+    Call setup = core_->call("communicator setup");
+    MPI_Request req;
+    check_mpi(MPI_Comm_idup(comm, &core_->comm, &req), "MPI_Comm_idup", at);
+    mpi_wait(*core_, setup, req);
+    // Errors on the duplicate come back as codes, so they become CommErrors naming the collective, not MPI's
+    // own abort.
+    check_mpi(MPI_Comm_set_errhandler(core_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", at);
+  }
   ledger_ = opts.ledger ? std::move(opts.ledger) : default_ledger();
   mpi_ = std::make_unique<MpiBackend>(core_);
   transport_ = opts.cuda_transport;
   if (opts.cuda_device >= 0) cuda_device_ = opts.cuda_device;
   else if (opts.cuda_device == CommOptions::bind_by_local_rank) {
-    Device bound = bound_device(node_local(comm).rank);
+    Device bound = bound_device(node_local(core_->comm).rank);
     cuda_device_ = bound.is_cuda() ? bound.index : -1;
   }
 
@@ -111,6 +123,7 @@ Communicator::Communicator(MPI_Comm comm, std::string axis, CommOptions opts) {
          all = Tensor::empty({2 * static_cast<int64_t>(core_->size)}, DType::i64);
   mine.data<int64_t>()[0] = host_hash();
   mine.data<int64_t>()[1] = cuda_device_;
+  Call setup = core_->call("communicator setup");
   mpi_->all_gather_v(mine, all, std::vector<int64_t>(core_->size, 2), setup);
   const int64_t* a = all.data<int64_t>();
   nccl_usable_ = true;
@@ -164,6 +177,9 @@ std::string Communicator::where(const char* kind) const { return core_->where(ki
 
 void Communicator::record(const char* kind, int64_t bytes) const { ledger_->record(kind, core_->axis, bytes); }
 
+bool Communicator::checks_collectives() const { return core_->check; }
+int64_t Communicator::signature_checks() const { return core_->signature_checks; }
+
 bool Communicator::routes_to_nccl(const Tensor& t) const {
   return t.device().is_cuda() && nccl_usable_ && transport_ != CudaTransport::mpi_staged;
 }
@@ -200,10 +216,15 @@ CommBackend& Communicator::p2p_backend_for(const Tensor& t, const char* kind) co
 
 void Communicator::all_reduce(const Tensor& buf, ReduceOp op, Accumulate acc) const {
   const char* kind = "all_reduce";
+  enter_collective();
   require_buffer(*core_, kind, buf, "buffer");
   require_reducible(*core_, kind, buf.dtype(), op);
-  CommBackend& be = backend_for(buf, kind);
   bool wide = widens(buf.dtype(), acc);
+  CallSignature sig = signature_of(kind, buf);
+  sig.count = buf.numel();
+  sig.op = op_code(op, wide);
+  check_signature(sig);
+  CommBackend& be = backend_for(buf, kind);
   record(kind, buf.numel() * static_cast<int64_t>(dtype_size(wide ? DType::f32 : buf.dtype())) * (size() - 1));
   Call call = core_->call(
       kind, [=] { return detail::concat(buf.str(), " ", reduce_op_name(op), wide ? " (f32 accumulate)" : ""); });
@@ -215,9 +236,14 @@ void Communicator::all_reduce(const Tensor& buf, ReduceOp op, Accumulate acc) co
 
 void Communicator::broadcast(const Tensor& buf, int root) const {
   const char* kind = "broadcast";
+  enter_collective();
   require_buffer(*core_, kind, buf, "buffer");
   SHARDRT_CHECK(root >= 0 && root < size(), ValueError, where(kind), ": root ", root,
                 " is not a rank of this communicator");
+  CallSignature sig = signature_of(kind, buf);
+  sig.count = buf.numel();
+  sig.param = root;
+  check_signature(sig);
   CommBackend& be = backend_for(buf, kind);
   record(kind, rank() == root ? static_cast<int64_t>(buf.nbytes()) * (size() - 1) : 0);
   Call call = core_->call(kind, [=] { return detail::concat(buf.str(), " from rank ", root); });
@@ -226,6 +252,8 @@ void Communicator::broadcast(const Tensor& buf, int root) const {
 
 void Communicator::barrier() const {
   const char* kind = "barrier";
+  enter_collective();
+  check_signature(CallSignature(kind));
   CommBackend& be = host_backend(kind);
   record(kind, 0);
   Call call = core_->call(kind);
@@ -234,6 +262,7 @@ void Communicator::barrier() const {
 
 void Communicator::all_gather(const Tensor& in, const Tensor& out) const {
   const char* kind = "all_gather";
+  enter_collective();
   require_buffer(*core_, kind, in, "input");
   require_buffer(*core_, kind, out, "output");
   SHARDRT_CHECK(out.numel() == in.numel() * size(), ShapeError, where(kind), ": output ", out.str(), " must hold ",
@@ -242,6 +271,7 @@ void Communicator::all_gather(const Tensor& in, const Tensor& out) const {
 }
 
 void Communicator::all_gather_v(const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts) const {
+  enter_collective();
   gather_impl("all_gather_v", in, out, counts);
 }
 
@@ -255,6 +285,10 @@ void Communicator::gather_impl(const char* kind, const Tensor& in, const Tensor&
                 " elements but counts ", list_str(counts), " give this rank ", counts[rank()]);
   SHARDRT_CHECK(out.numel() == total(counts), ShapeError, where(kind), ": output ", out.str(), " has ", out.numel(),
                 " elements but counts ", list_str(counts), " sum to ", total(counts));
+  CallSignature sig = signature_of(kind, in);
+  if (kind == std::string_view("all_gather")) sig.count = in.numel();
+  else sig.a = counts;
+  check_signature(sig);
   CommBackend& be = backend_for(in, kind);
   record(kind, static_cast<int64_t>(in.nbytes()) * (size() - 1));
   Call call =
@@ -264,6 +298,7 @@ void Communicator::gather_impl(const char* kind, const Tensor& in, const Tensor&
 
 void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op, Accumulate acc) const {
   const char* kind = "reduce_scatter";
+  enter_collective();
   require_buffer(*core_, kind, in, "input");
   require_buffer(*core_, kind, out, "output");
   SHARDRT_CHECK(in.numel() == out.numel() * size(), ShapeError, where(kind), ": input ", in.str(), " must hold ",
@@ -273,6 +308,7 @@ void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp 
 
 void Communicator::reduce_scatter_v(const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts,
                                     ReduceOp op, Accumulate acc) const {
+  enter_collective();
   reduce_scatter_impl("reduce_scatter_v", in, out, counts, op, acc);
 }
 
@@ -287,8 +323,13 @@ void Communicator::reduce_scatter_impl(const char* kind, const Tensor& in, const
                 " elements but counts ", list_str(counts), " give this rank ", counts[rank()]);
   SHARDRT_CHECK(in.numel() == total(counts), ShapeError, where(kind), ": input ", in.str(), " has ", in.numel(),
                 " elements but counts ", list_str(counts), " sum to ", total(counts));
-  CommBackend& be = backend_for(in, kind);
   bool wide = widens(in.dtype(), acc);
+  CallSignature sig = signature_of(kind, in);
+  if (kind == std::string_view("reduce_scatter")) sig.count = out.numel();
+  else sig.a = counts;
+  sig.op = op_code(op, wide);
+  check_signature(sig);
+  CommBackend& be = backend_for(in, kind);
   record(kind, (in.numel() - counts[rank()]) * static_cast<int64_t>(dtype_size(wide ? DType::f32 : in.dtype())));
   Call call = core_->call(kind, [=] {
     return detail::concat(in.str(), " -> ", out.str(), " counts ", list_str(counts), " ", reduce_op_name(op),
@@ -302,6 +343,7 @@ void Communicator::reduce_scatter_impl(const char* kind, const Tensor& in, const
 
 void Communicator::all_to_all(const Tensor& in, const Tensor& out) const {
   const char* kind = "all_to_all";
+  enter_collective();
   require_buffer(*core_, kind, in, "input");
   require_buffer(*core_, kind, out, "output");
   SHARDRT_CHECK(in.numel() == out.numel() && in.numel() % size() == 0, ShapeError, where(kind), ": input ", in.str(),
@@ -312,6 +354,7 @@ void Communicator::all_to_all(const Tensor& in, const Tensor& out) const {
 
 void Communicator::all_to_all_v(const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
                                 const std::vector<int64_t>& recv_counts) const {
+  enter_collective();
   all_to_all_impl("all_to_all_v", in, send_counts, out, recv_counts);
 }
 
@@ -328,6 +371,14 @@ void Communicator::all_to_all_impl(const char* kind, const Tensor& in, const std
                 out.numel(), " elements but recv_counts ", list_str(recv_counts), " sum to ", total(recv_counts));
   SHARDRT_CHECK(send_counts[rank()] == recv_counts[rank()], ShapeError, where(kind), ": this rank sends itself ",
                 send_counts[rank()], " elements but expects ", recv_counts[rank()]);
+  CallSignature sig = signature_of(kind, in);
+  if (kind == std::string_view("all_to_all")) {
+    sig.count = in.numel();
+  } else {
+    sig.a = send_counts;
+    sig.b = recv_counts;
+  }
+  check_signature(sig);
   CommBackend& be = backend_for(in, kind);
   record(kind, (in.numel() - send_counts[rank()]) * static_cast<int64_t>(dtype_size(in.dtype())));
   Call call = core_->call(kind, [=] {

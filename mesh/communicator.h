@@ -20,6 +20,21 @@
 //
 // Ledger. Every call is counted in ledger() before it starts (see mesh/ledger.h for the bytes of each kind).
 //
+// Checked mode (CommOptions::check_collectives, overridden by SHARDRT_COMM_CHECK=0|1; see mesh/check_mode.h).
+// Before each collective, ring shift and halo exchange — and each agree — the ranks all-gather the call's
+// signature (mesh/signature.h): the collective, its sequence number on this communicator, the transport,
+// dtype, element count, root / offset / dim, reduction, and every rank's counts vector (v-variants), send and
+// receive counts (all_to_all_v: what i sends j must be what j expects from i), message sizes (ring_shift: what
+// r receives is what its source sends) or halo widths and slice size. A mismatch throws CommError on every
+// rank, whatever the failure policy, naming the collective, the axis and what differs ("ranks disagree on
+// dtype (f32 on ranks 0, 1; f64 on rank 2)"); nothing was sent, so the communicator stays usable. The check
+// runs over MPI on the host under the call's deadline (a missing peer times out as usual), is not counted in
+// the ledger, costs one all-gather of (8 + 2P) int64 per rank, and makes an async ring shift or halo exchange
+// wait, when issued, until every rank has issued it. Not checked: send / recv (user-tagged point to point;
+// the receiver already rejects a message of the wrong element count), and a rank that skips a collective whose
+// signature equals the next one's (indistinguishable by signature). A rank that fails a collective locally
+// (a typed argument error) and goes on is caught by the sequence number. 1-rank communicators skip the check.
+//
 // Not thread-safe: one thread issues a communicator's calls, in the same order on every rank.
 #pragma once
 #include <mpi.h>
@@ -32,6 +47,7 @@
 #include "mesh/comm_handle.h"
 #include "mesh/comm_types.h"
 #include "mesh/ledger.h"
+#include "mesh/signature.h"
 #include "runtime/tensor.h"
 
 namespace shardrt {
@@ -47,6 +63,8 @@ struct CommOptions {
   // The GPU this rank drives: an ordinal, bind_by_local_rank (cuda:(node-local rank mod device count), see
   // mesh/device_binding.h), or no_gpu.
   int cuda_device = bind_by_local_rank;
+  // Checked mode (see above); SHARDRT_COMM_CHECK, when set, overrides it. Must be the same on every rank.
+  bool check_collectives = false;
   static constexpr int bind_by_local_rank = -1;
   static constexpr int no_gpu = -2;
 };
@@ -82,6 +100,9 @@ class Communicator {
   void set_cuda_transport(CudaTransport t);  // same on every rank
   // Built with NCCL and every rank of this communicator bound to its own GPU.
   bool nccl_usable() const { return nccl_usable_; }
+  bool checks_collectives() const;
+  // Signature checks this communicator has issued (0 unless checked mode is on and size() > 1).
+  int64_t signature_checks() const;
   // Collective: initialises NCCL now when CUDA buffers will travel over it.
   void init_cuda() const;
 
@@ -142,6 +163,12 @@ class Communicator {
                        const std::vector<int64_t>& recv_counts) const;
   // Point-to-point routing: CUDA buffers bound for NCCL need it initialised already (see init_cuda).
   CommBackend& p2p_backend_for(const Tensor& t, const char* kind) const;
+  // Checked mode (signature_check.cpp): every public collective enters first, then checks its signature once
+  // its arguments are valid and before anything is sent.
+  void enter_collective() const;
+  void check_signature(const CallSignature& sig) const;
+  // The signature of a call moving `t`: its kind, t's dtype and transport; the caller adds the rest.
+  CallSignature signature_of(const char* kind, const Tensor& t) const;
 
   std::shared_ptr<CommCore> core_;
   std::shared_ptr<CommLedger> ledger_;

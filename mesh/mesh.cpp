@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "mesh/device_binding.h"
+#include "mesh/mpi_call.h"
 #include "runtime/errors.h"
 
 namespace shardrt {
@@ -88,8 +89,11 @@ Mesh::Mesh(MPI_Comm comm, std::vector<std::string> axis_names, std::vector<int> 
   SHARDRT_CHECK(comm != MPI_COMM_NULL, ValueError, describe(axis_names, shape),
                 ": MPI_COMM_NULL given (ranks outside a sub-communicator do not construct its mesh)");
   Impl& m = *impl_;
-  MPI_Comm_size(comm, &m.size);
-  MPI_Comm_rank(comm, &m.rank);
+  {
+    ErrorsReturnScope errors_return(comm);
+    check_mpi(MPI_Comm_size(comm, &m.size), "MPI_Comm_size", describe(axis_names, shape));
+    check_mpi(MPI_Comm_rank(comm, &m.rank), "MPI_Comm_rank", describe(axis_names, shape));
+  }
   resolve_shape(axis_names, shape, m.size);
   m.names = std::move(axis_names);
   m.shape = std::move(shape);
@@ -123,9 +127,21 @@ Mesh::Mesh(MPI_Comm comm, std::vector<std::string> axis_names, std::vector<int> 
     for (int i = 0; i < nd; ++i)
       if (i != a) color = color * m.shape[i] + m.coords[i];
     MPI_Comm sub = MPI_COMM_NULL;
-    MPI_Comm_split(comm, color, m.coords[a], &sub);
-    m.axes.push_back(std::make_shared<Communicator>(sub, m.names[a], opts));
+    {
+      ErrorsReturnScope errors_return(comm);
+      check_mpi(MPI_Comm_split(comm, color, m.coords[a], &sub), "MPI_Comm_split", str() + " axis '" + m.names[a] + "'");
+    }
+    // The split is only the parent of the axis' own duplicate; its errors must not be fatal either.
+    MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+    std::shared_ptr<Communicator> axis;
+    try {
+      axis = std::make_shared<Communicator>(sub, m.names[a], opts);
+    } catch (...) {
+      MPI_Comm_free(&sub);
+      throw;
+    }
     MPI_Comm_free(&sub);
+    m.axes.push_back(std::move(axis));
   }
   m.flat = std::make_unique<Communicator>(comm, "mesh", opts);
 }

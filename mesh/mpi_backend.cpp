@@ -2,6 +2,7 @@
 
 #include <climits>
 
+#include "mesh/mpi_call.h"
 #include "mesh/mpi_types.h"
 #include "runtime/errors.h"
 #ifdef SHARDRT_WITH_CUDA
@@ -52,13 +53,6 @@ void counts_and_displs(const std::vector<int64_t>& c, const Call& call, std::vec
     displs[j] = mpi_count(off, call);
     off += c[j];
   }
-}
-
-std::string mpi_error_string(int code) {
-  char s[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, s, &len);
-  return std::string(s, static_cast<std::size_t>(len));
 }
 
 // Buffers an abandoned operation may still write into; kept for the life of the process under the

@@ -75,6 +75,7 @@ void Communicator::ring_shift(const Tensor& in, const Tensor& out, int offset) c
 
 CommHandle Communicator::ring_shift_async(const Tensor& in, const Tensor& out, int offset) const {
   const char* kind = "ring_shift";
+  enter_collective();
   require_contiguous(*core_, kind, in, "input");
   require_contiguous(*core_, kind, out, "output");
   SHARDRT_CHECK(in.dtype() == out.dtype(), DTypeError, where(kind), ": input ", in.str(), " and output ", out.str(),
@@ -85,6 +86,11 @@ CommHandle Communicator::ring_shift_async(const Tensor& in, const Tensor& out, i
                 " overlap in memory; a ring shift needs a separate receive buffer");
   const int p = size(), off = ((offset % p) + p) % p;
   const int next = (rank() + off) % p, prev = (rank() - off + p) % p;
+  CallSignature sig = signature_of(kind, in);
+  sig.count = in.numel();
+  sig.param = off;
+  sig.extra = out.numel();
+  check_signature(sig);
   CommBackend& be = backend_for(in, kind);
   record(kind, next != rank() ? static_cast<int64_t>(in.nbytes()) : 0);
   if (next == rank()) {  // a shift by a multiple of P keeps the data here
@@ -105,6 +111,7 @@ void Communicator::halo_exchange(const Tensor& padded, int dim, const HaloWidths
 
 CommHandle Communicator::halo_exchange_async(const Tensor& padded, int dim, const HaloWidths& widths) const {
   const char* kind = "halo_exchange";
+  enter_collective();
   require_contiguous(*core_, kind, padded, "buffer");
   SHARDRT_CHECK(padded.dim() > 0 && dim >= -padded.dim() && dim < padded.dim(), ShapeError, where(kind), ": dim ", dim,
                 " is out of range for ", padded.str());
@@ -126,6 +133,15 @@ CommHandle Communicator::halo_exchange_async(const Tensor& padded, int dim, cons
   SHARDRT_CHECK(to_left <= interior && to_right <= interior, ShapeError, where(kind), ": the interior of ",
                 padded.str(), " has ", interior, " slices along dim ", d, ", fewer than its neighbours need (", to_left,
                 " for rank ", r - 1, ", ", to_right, " for rank ", r + 1, "); a halo cannot reach past one neighbour");
+  int64_t slice_elements = 1;
+  for (int i = 0; i < padded.dim(); ++i)
+    if (i != d) slice_elements *= padded.size(i);
+  CallSignature sig = signature_of(kind, padded);
+  sig.param = d;
+  sig.extra = slice_elements;
+  sig.a = widths.left;
+  sig.b = widths.right;
+  check_signature(sig);
   CommBackend& be = backend_for(padded, kind);
   const int64_t slice_bytes = ext > 0 ? static_cast<int64_t>(padded.nbytes()) / ext : 0;
   record(kind, (to_left + to_right) * slice_bytes);

@@ -2,6 +2,11 @@
 // as a plain blocking MPI call (the reference: what the transport gives without ShardRT's deadline polling,
 // validation and ledger). Run under mpiexec; rank 0 prints a markdown table.
 //
+// Each collective also runs on a second communicator in checked mode (CommOptions::check_collectives: the ranks
+// all-gather the call's signature first, see mesh/signature.h), interleaved batch by batch with the unchecked
+// one, so the "check cost" column is the difference within one run. SHARDRT_COMM_CHECK is ignored here: it
+// would override both communicators' settings.
+//
 // Sizes (S, from --min-bytes to --max-bytes, x4 steps) are per collective, as nccl-tests counts them:
 //   all_reduce        the buffer (S bytes, f32)
 //   all_gather_v      the gathered output (S); rank j contributes a share proportional to j + 1
@@ -16,6 +21,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <vector>
 
@@ -57,19 +63,24 @@ std::vector<int> displs(const std::vector<int64_t>& v) {
   return d;
 }
 
-// Seconds per call of `fn`: the best of three timed batches (the machine may be shared, and the best batch is
-// the least disturbed one), each batch's time being the slowest rank's. The batch size comes from a timed
-// warm-up, agreed on by every rank so that all run the same number of calls.
-double time_per_call(const std::function<void()>& fn, double target) {
-  const double once = bench::slowest_rank_seconds(fn);
-  const int iters = static_cast<int>(std::clamp(target / 3 / std::max(once, 1e-7), 2.0, 1000.0));
-  double best = 1e30;
-  for (int batch = 0; batch < 3; ++batch) {
-    const double t = bench::slowest_rank_seconds([&] {
-      for (int i = 0; i < iters; ++i) fn();
-    });
-    best = std::min(best, t / iters);
+// Seconds per call of each of `fns`: the best of three timed batches (the machine may be shared, and the best
+// batch is the least disturbed one), each batch's time being the slowest rank's. The batches of the functions
+// alternate, so a disturbance hits them alike and their differences stay meaningful. Each batch size comes from
+// a timed warm-up, agreed on by every rank so that all run the same number of calls.
+std::vector<double> times_per_call(const std::vector<std::function<void()>>& fns, double target) {
+  std::vector<int> iters;
+  for (const auto& fn : fns) {
+    const double once = bench::slowest_rank_seconds(fn);
+    iters.push_back(static_cast<int>(std::clamp(target / 3 / std::max(once, 1e-7), 2.0, 1000.0)));
   }
+  std::vector<double> best(fns.size(), 1e30);
+  for (int batch = 0; batch < 3; ++batch)
+    for (std::size_t f = 0; f < fns.size(); ++f) {
+      const double t = bench::slowest_rank_seconds([&] {
+        for (int i = 0; i < iters[f]; ++i) fns[f]();
+      });
+      best[f] = std::min(best[f], t / iters[f]);
+    }
   return best;
 }
 
@@ -82,16 +93,20 @@ int main(int argc, char** argv) {
   add_options(app, args);
   if (const auto stop = session.parse(app, argc, argv)) return *stop;
   const int rank = session.rank(), p = session.size();
+  unsetenv("SHARDRT_COMM_CHECK");  // the options below decide which communicator is checked
   Mesh mesh = Mesh::one_d(MPI_COMM_WORLD, "domain", tools::bench_comm_options(tools::BenchGpu::none));
   const Communicator& c = mesh.axis("domain");
+  CommOptions checked_opts = tools::bench_comm_options(tools::BenchGpu::none);
+  checked_opts.check_collectives = true;
+  const Communicator checked(MPI_COMM_WORLD, "domain", checked_opts);
   MPI_Comm raw = MPI_COMM_WORLD;
 
   if (rank == 0) {
     std::printf("### %d ranks\n\n", p);
     std::printf(
-        "| collective | size | ShardRT latency (us) | ShardRT busbw (GB/s) | MPI latency (us) | MPI busbw (GB/s) "
-        "|\n");
-    std::printf("|---|---:|---:|---:|---:|---:|\n");
+        "| collective | size | ShardRT latency (us) | ShardRT busbw (GB/s) | checked latency (us) | check cost (us) "
+        "| MPI latency (us) | MPI busbw (GB/s) |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   const char* names[] = {"all_reduce", "all_gather_v", "reduce_scatter_v", "all_to_all_v", "ring_shift"};
   const double frac_gather = static_cast<double>(p - 1) / p;
@@ -103,19 +118,21 @@ int main(int argc, char** argv) {
       const int64_t n = bytes / 4;
       const auto share = shares(n, p);
       const auto share_i = to_int(share), share_d = displs(share);
-      std::function<void()> ours, ref;
+      // ours_on(c) issues the collective on communicator c: the unchecked one or the checked one.
+      std::function<void(const Communicator&)> ours_on;
+      std::function<void()> ref;
       Tensor a, b;
       switch (k) {
         case 0:
           a = zeros({n});
           b = zeros({n});
-          ours = [&] { c.all_reduce(a); };
+          ours_on = [&](const Communicator& cc) { cc.all_reduce(a); };
           ref = [&] { MPI_Allreduce(MPI_IN_PLACE, b.raw_data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, raw); };
           break;
         case 1:
           a = zeros({share[rank]});
           b = zeros({n});
-          ours = [&] { c.all_gather_v(a, b, share); };
+          ours_on = [&](const Communicator& cc) { cc.all_gather_v(a, b, share); };
           ref = [&] {
             MPI_Allgatherv(a.raw_data(), share_i[rank], MPI_FLOAT, b.raw_data(), share_i.data(), share_d.data(),
                            MPI_FLOAT, raw);
@@ -124,7 +141,7 @@ int main(int argc, char** argv) {
         case 2:
           a = zeros({n});
           b = zeros({share[rank]});
-          ours = [&] { c.reduce_scatter_v(a, b, share); };
+          ours_on = [&](const Communicator& cc) { cc.reduce_scatter_v(a, b, share); };
           ref = [&] { MPI_Reduce_scatter(a.raw_data(), b.raw_data(), share_i.data(), MPI_FLOAT, MPI_SUM, raw); };
           break;
         case 3: {
@@ -133,7 +150,7 @@ int main(int argc, char** argv) {
           std::vector<int64_t> recv(p, shares(n, p)[rank]);
           b = zeros({recv[0] * p});
           auto recv_i = to_int(recv), recv_d = displs(recv);
-          ours = [&, recv] { c.all_to_all_v(a, share, b, recv); };
+          ours_on = [&, recv](const Communicator& cc) { cc.all_to_all_v(a, share, b, recv); };
           ref = [&, recv_i, recv_d] {
             MPI_Alltoallv(a.raw_data(), share_i.data(), share_d.data(), MPI_FLOAT, b.raw_data(), recv_i.data(),
                           recv_d.data(), MPI_FLOAT, raw);
@@ -143,18 +160,19 @@ int main(int argc, char** argv) {
         default:
           a = zeros({n});
           b = zeros({n});
-          ours = [&] { c.ring_shift(a, b); };
+          ours_on = [&](const Communicator& cc) { cc.ring_shift(a, b); };
           ref = [&] {
             MPI_Sendrecv(a.raw_data(), static_cast<int>(n), MPI_FLOAT, next, 0, b.raw_data(), static_cast<int>(n),
                          MPI_FLOAT, prev, 0, raw, MPI_STATUS_IGNORE);
           };
       }
-      const double t_ours = time_per_call(ours, args.seconds);
-      const double t_ref = time_per_call(ref, args.seconds);
+      const auto t = times_per_call({[&] { ours_on(c); }, [&] { ours_on(checked); }, ref}, args.seconds);
+      const double t_ours = t[0], t_checked = t[1], t_ref = t[2];
       if (rank == 0) {
-        auto bw = [&](double t) { return static_cast<double>(bytes) / t / 1e9 * factors[k]; };
-        std::printf("| %s | %s | %.1f | %.2f | %.1f | %.2f |\n", names[k], bench::size_str(bytes).c_str(), t_ours * 1e6,
-                    bw(t_ours), t_ref * 1e6, bw(t_ref));
+        auto bw = [&](double s) { return static_cast<double>(bytes) / s / 1e9 * factors[k]; };
+        std::printf("| %s | %s | %.1f | %.2f | %.1f | %+.1f | %.1f | %.2f |\n", names[k],
+                    bench::size_str(bytes).c_str(), t_ours * 1e6, bw(t_ours), t_checked * 1e6,
+                    (t_checked - t_ours) * 1e6, t_ref * 1e6, bw(t_ref));
         std::fflush(stdout);
       }
     }

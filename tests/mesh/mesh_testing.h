@@ -3,6 +3,8 @@
 #pragma once
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,25 @@ inline const Communicator& world() {
   static Communicator c(MPI_COMM_WORLD, "world");
   return c;
 }
+
+// Sets an environment variable for one scope (e.g. SHARDRT_COMM_CHECK while a communicator is built).
+class EnvVar {
+ public:
+  EnvVar(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~EnvVar() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+  EnvVar(const EnvVar&) = delete;
+  EnvVar& operator=(const EnvVar&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 inline const std::vector<DType>& all_dtypes() {
   static const std::vector<DType> d = {DType::f64, DType::f32, DType::bf16, DType::f16,
