@@ -237,75 +237,10 @@ ShardTensor run_window(const char* op, const ShardTensor& x, const WindowPlan& p
 
 }  // namespace patch
 
-namespace {
-
-// The local ops' argument checks (autograd/ops/conv.cpp), with their messages, run on a stand-in for x's GLOBAL
-// tensor before any plan or collective: bad arguments are the local op's error for the global tensor, the same on
-// every rank, never a division by a zero stride or a shard-dependent path. (What only the local kernels need, the
-// 32-bit GEMM extents, the local op checks on each shard.)
-void check_conv_operands(const char* op, const Tensor& xg, const Tensor& w, const Tensor& bias) {
-  ops_detail::check_float(op, xg, "input");
-  ops_detail::check_float(op, w, "weight");
-  if (bias.defined()) ops_detail::check_float(op, bias, "bias");
-  ops_detail::check_compatible(op, {&xg, &w, &bias});
-}
-
-std::vector<int64_t> kernel_of(const char* op, const Tensor& w, int nd) {
-  std::vector<int64_t> kernel(nd);
-  for (int d = 0; d < nd; ++d) {
-    kernel[d] = w.size(2 + d);
-    SHARDRT_CHECK(kernel[d] >= 1, ShapeError, op, ": weight ", w.str(), " has an empty kernel");
-  }
-  return kernel;
-}
-
-patch::WindowArgs check_conv_args(const ShardTensor& x, const Tensor& w, const Tensor& bias,
-                                  const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
-                                  const std::vector<int64_t>& dilation) {
-  const char* op = "conv";
-  const Tensor xg = ops_detail::shape_stand_in(x.global_shape(), x.dtype(), x.local().device());
-  check_conv_operands(op, xg, w, bias);
-  const int nd = ops_detail::spatial_dims(op, xg);
-  SHARDRT_CHECK(w.dim() == xg.dim(), ShapeError, op, ": weight ", w.str(), " must be (Cout, Cin, *kernel) for input ",
-                xg.str());
-  SHARDRT_CHECK(w.size(1) == xg.size(1), ShapeError, op, ": input ", xg.str(), " has ", xg.size(1),
-                " channels but weight ", w.str(), " expects ", w.size(1));
-  SHARDRT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0)), ShapeError, op, ": bias ",
-                bias.str(), " must be (Cout) for weight ", w.str());
-  patch::WindowArgs args;
-  args.kernel = kernel_of(op, w, nd);
-  args.stride = ops_detail::per_spatial_dim(op, "stride", stride, nd, 1);
-  args.padding = ops_detail::per_spatial_dim(op, "padding", padding, nd, 0);
-  args.dilation = ops_detail::per_spatial_dim(op, "dilation", dilation, nd, 1);
-  for (int d = 0; d < nd; ++d) {
-    const int64_t in = xg.size(2 + d);
-    SHARDRT_CHECK(kernels::cpu::conv_output_size(in, args.kernel[d], args.stride[d], args.padding[d],
-                                                 args.dilation[d]) >= 1 || in == 0,
-                  ShapeError, op, ": kernel ", shape_str(args.kernel), " with dilation ", shape_str(args.dilation),
-                  " does not fit input ", xg.str(), " padded by ", shape_str(args.padding), " in spatial dim ", d);
-  }
-  return args;
-}
-
-void check_conv_transpose_args(const ShardTensor& x, const Tensor& w, const Tensor& bias) {
-  const char* op = "conv_transpose";
-  const Tensor xg = ops_detail::shape_stand_in(x.global_shape(), x.dtype(), x.local().device());
-  check_conv_operands(op, xg, w, bias);
-  const int nd = ops_detail::spatial_dims(op, xg);
-  SHARDRT_CHECK(w.dim() == xg.dim(), ShapeError, op, ": weight ", w.str(), " must be (Cin, Cout, *kernel) for input ",
-                xg.str());
-  SHARDRT_CHECK(w.size(0) == xg.size(1), ShapeError, op, ": input ", xg.str(), " has ", xg.size(1),
-                " channels but weight ", w.str(), " expects ", w.size(0));
-  SHARDRT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(1)), ShapeError, op, ": bias ",
-                bias.str(), " must be (Cout) for weight ", w.str());
-  kernel_of(op, w, nd);
-}
-
-}  // namespace
-
 ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride,
                  const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation) {
-  const patch::WindowPlan plan = patch::plan_window(x, check_conv_args(x, w, bias, stride, padding, dilation));
+  const patch::WindowPlan plan = patch::plan_window(
+      x, ops_detail::check_conv_args(patch::global_stand_in(x), w, bias, stride, padding, dilation));
   if (!plan.why_not.empty())
     throw MissingShardPatch(detail::concat("conv: no patch for placements ", describe_placements({&x}), " on ",
                                            x.spec().str(), ": ", plan.why_not));
@@ -316,7 +251,7 @@ ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, cons
 }
 
 ShardTensor conv_transpose(const ShardTensor& x, const Tensor& w, const Tensor& bias) {
-  check_conv_transpose_args(x, w, bias);
+  ops_detail::check_conv_transpose_args(patch::global_stand_in(x), w, bias);
   std::string why = patch::placement_problem(x);
   std::vector<patch::WindowDim> dims;
   for (int d = 2; why.empty() && d < x.dim(); ++d) {

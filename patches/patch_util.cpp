@@ -5,6 +5,7 @@
 
 #include "autograd/function.h"
 #include "autograd/ops.h"
+#include "autograd/ops/common.h"
 #include "runtime/factories.h"
 
 namespace shardrt::patch {
@@ -39,6 +40,10 @@ std::vector<int> wrap_dims(const char* op, const std::vector<int>& dims, int ndi
   }
   std::sort(wrapped.begin(), wrapped.end());
   return wrapped;
+}
+
+Tensor global_stand_in(const ShardTensor& x) {
+  return ops_detail::shape_stand_in(x.global_shape(), x.dtype(), x.local().device());
 }
 
 AxisExtents no_extents(const Mesh& mesh) {

@@ -47,6 +47,11 @@ std::vector<Tensor> reduce_grads_over(const char* op, const Mesh& mesh, const st
 // reduced dims is empty, -inf (max) or +inf (min), the identity of the all-reduce that follows. Not recorded.
 Tensor local_extremum_keepdim(const Tensor& x, const std::vector<int>& dims, ReduceOp op);
 
+// A one-element stand-in with x's GLOBAL shape, dtype and device (ops_detail::shape_stand_in), for running a
+// local op's argument checks before any plan or collective: the error is then the local op's for the global
+// tensor, with the same message on every rank.
+Tensor global_stand_in(const ShardTensor& x);
+
 // Per-axis extents of a spec in which no axis shards anything yet (to be filled for Shard axes).
 AxisExtents no_extents(const Mesh& mesh);
 

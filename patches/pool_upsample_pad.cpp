@@ -58,85 +58,11 @@ namespace {
       detail::concat(op, ": no patch for placements ", describe_placements({&x}), " on ", x.spec().str(), ": ", why));
 }
 
-// The argument checks below are the local ops' (autograd/ops/pool.cpp, upsample.cpp, shape.cpp), with their
-// messages, run on a stand-in for x's GLOBAL tensor before any plan or collective: bad arguments are the local
-// op's error for the global tensor, the same on every rank (never a division by a zero stride, nor an error
-// that depends on a rank's shard).
-Tensor global_stand_in(const ShardTensor& x) {
-  return ops_detail::shape_stand_in(x.global_shape(), x.dtype(), x.local().device());
-}
-
-patch::WindowArgs check_pool_args(const char* op, const ShardTensor& x, const std::vector<int64_t>& kernel,
-                                  const std::vector<int64_t>& stride, const std::vector<int64_t>& padding) {
-  const Tensor xg = global_stand_in(x);
-  ops_detail::check_float(op, xg, "input");
-  const int nd = ops_detail::spatial_dims(op, xg);
-  patch::WindowArgs args;
-  args.kernel = ops_detail::per_spatial_dim(op, "kernel", kernel, nd, 1);
-  args.stride = stride.empty() ? args.kernel : ops_detail::per_spatial_dim(op, "stride", stride, nd, 1);
-  args.padding = ops_detail::per_spatial_dim(op, "padding", padding, nd, 0);
-  args.dilation.assign(nd, 1);
-  for (int d = 0; d < nd; ++d)
-    SHARDRT_CHECK(2 * args.padding[d] <= args.kernel[d], ValueError, op, ": padding ", shape_str(args.padding),
-                  " must be at most half the kernel ", shape_str(args.kernel), " (input ", xg.str(), ")");
-  for (int d = 0; d < nd; ++d)
-    SHARDRT_CHECK(
-        kernels::cpu::conv_output_size(xg.size(2 + d), args.kernel[d], args.stride[d], args.padding[d], 1) >= 1,
-        ShapeError, op, ": kernel ", shape_str(args.kernel), " does not fit input ", xg.str(), " padded by ",
-        shape_str(args.padding), " in spatial dim ", d);
-  return args;
-}
-
-// The output size per spatial dim (one entry for all expanded).
-std::vector<int64_t> check_upsample_args(const char* op, const ShardTensor& x, const std::vector<int64_t>& out_size) {
-  const Tensor xg = global_stand_in(x);
-  ops_detail::check_float(op, xg, "input");
-  const int nd = ops_detail::spatial_dims(op, xg);
-  const std::vector<int64_t> out = ops_detail::per_spatial_dim(op, "output size", out_size, nd, 0);
-  for (int d = 0; d < nd; ++d) {
-    const int64_t in = xg.size(2 + d);
-    SHARDRT_CHECK(in >= 1 || out[d] == 0, ShapeError, op, ": spatial dim ", d, " of ", xg.str(),
-                  " is empty and cannot be resized to ", out[d], " (an empty dim maps only to an empty dim)");
-    SHARDRT_CHECK(in == 0 || out[d] >= 1, ValueError, op, ": output size ", shape_str(out),
-                  " has a 0 for the non-empty spatial dim ", d, " of ", xg.str());
-  }
-  return out;
-}
-
-const char* pad_mode_name(PadMode mode) {
-  switch (mode) {
-    case PadMode::constant: return "constant";
-    case PadMode::reflect: return "reflect";
-    case PadMode::replicate: return "replicate";
-    case PadMode::circular: return "circular";
-  }
-  return "unknown";
-}
-
-void check_pad_args(const ShardTensor& x, const std::vector<int64_t>& pads, PadMode mode) {
-  const Tensor xg = global_stand_in(x);
-  ops_detail::check_float("pad", xg, "input");
-  SHARDRT_CHECK(pads.size() == 2 || pads.size() == 4 || pads.size() == 6, ValueError, "pad: expected 2, 4 or 6 pad "
-                "values ((before, after) pairs for 1-3 trailing dims), got ", shape_str(pads), " for ", xg.str());
-  const int nd = static_cast<int>(pads.size() / 2);
-  SHARDRT_CHECK(nd <= xg.dim(), ShapeError, "pad: ", shape_str(pads), " pads ", nd, " dims but the input ", xg.str(),
-                " has only ", xg.dim());
-  const int lead = xg.dim() - nd;
-  for (int d = 0; d < nd; ++d) {
-    // pads lists the last dim first.
-    const int64_t in = xg.size(lead + d), lo = pads[2 * (nd - 1 - d)], hi = pads[2 * (nd - 1 - d) + 1];
-    SHARDRT_CHECK(in + lo + hi >= 0, ShapeError, "pad: pads (", lo, ", ", hi, ") on dim ", lead + d,
-                  " crop more than ", xg.str(), " has");
-    SHARDRT_CHECK(mode == PadMode::constant || in > 0 || in + lo + hi == 0, ShapeError, "pad: ", pad_mode_name(mode),
-                  " padding of dim ", lead + d, " needs a non-empty dim, got ", xg.str());
-    SHARDRT_CHECK(mode != PadMode::reflect || (lo < in && hi < in), ShapeError, "pad: reflect pads (", lo, ", ", hi,
-                  ") on dim ", lead + d, " must be smaller than its size in ", xg.str());
-  }
-}
-
 ShardTensor pool(const char* op, bool is_max, const ShardTensor& x, const std::vector<int64_t>& kernel,
                  const std::vector<int64_t>& stride, const std::vector<int64_t>& padding) {
-  const patch::WindowPlan plan = patch::plan_window(x, check_pool_args(op, x, kernel, stride, padding));
+  // The local op's argument checks on the global tensor, before any plan or collective (identical on every rank).
+  const patch::WindowPlan plan =
+      patch::plan_window(x, ops_detail::check_pool_args(op, patch::global_stand_in(x), kernel, stride, padding));
   if (!plan.why_not.empty()) missing(op, x, plan.why_not);
   const double edge = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
   return patch::run_window(op, x, plan, edge, [&](const Tensor& in) {
@@ -217,7 +143,8 @@ ShardTensor max_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, c
 }
 
 ShardTensor upsample_nearest(const ShardTensor& x, const std::vector<int64_t>& out_size_in) {
-  const std::vector<int64_t> out_size = check_upsample_args("upsample_nearest", x, out_size_in);
+  const std::vector<int64_t> out_size =
+      ops_detail::check_upsample_args("upsample_nearest", patch::global_stand_in(x), out_size_in);
   const UpsamplePlan plan = plan_upsample(x, out_size);
   if (!plan.why_not.empty()) missing("upsample_nearest", x, plan.why_not);
   // Integer factors: output j reads input j / f, inside the same shard (a zero-size shard gives an empty one).
@@ -226,7 +153,8 @@ ShardTensor upsample_nearest(const ShardTensor& x, const std::vector<int64_t>& o
 }
 
 ShardTensor upsample_linear(const ShardTensor& x, const std::vector<int64_t>& out_size_in, bool align_corners) {
-  const std::vector<int64_t> out_size = check_upsample_args("upsample_linear", x, out_size_in);
+  const std::vector<int64_t> out_size =
+      ops_detail::check_upsample_args("upsample_linear", patch::global_stand_in(x), out_size_in);
   UpsamplePlan plan = plan_upsample(x, out_size);
   if (plan.why_not.empty() && align_corners) plan.why_not = "align_corners = true on a sharded dim";
   if (!plan.why_not.empty()) missing("upsample_linear", x, plan.why_not);
@@ -267,7 +195,7 @@ ShardTensor upsample_linear(const ShardTensor& x, const std::vector<int64_t>& ou
 }
 
 ShardTensor pad(const ShardTensor& x, const std::vector<int64_t>& pads, PadMode mode, double value) {
-  check_pad_args(x, pads, mode);
+  ops_detail::check_pad_args(patch::global_stand_in(x), pads, mode);
   std::string why = patch::placement_problem(x);
   const int nd = x.dim();
   if (why.empty() && (pads.size() % 2 != 0 || static_cast<int>(pads.size()) / 2 > nd - 2))

@@ -159,7 +159,7 @@ ShardTensor amax_sharded(const ShardTensor& x, const std::vector<int>& dims_in, 
 // would otherwise skip its local amax and walk on into the all-reduce alone), and dims out of range or repeated a
 // ShapeError. Returns the stand-in.
 Tensor check_reduce_args(const char* op, const ShardTensor& x, const std::vector<int>& dims) {
-  const Tensor xg = ops_detail::shape_stand_in(x.global_shape(), x.dtype(), x.local().device());
+  const Tensor xg = patch::global_stand_in(x);
   ops_detail::check_float(op, xg, "input");
   std::vector<bool> seen(static_cast<size_t>(x.dim()), false);
   for (int d : dims) {

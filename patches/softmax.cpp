@@ -81,7 +81,7 @@ std::vector<SoftmaxPatch> softmax_table(const char* op, bool is_log) {
 // (not an internal step such as the amax of the row maxima), the same on every rank — a zero-size shard, which
 // would skip that amax, cannot walk on into the all-reduce alone.
 void check_softmax_args(const char* op, const ShardTensor& x, int dim) {
-  const Tensor xg = ops_detail::shape_stand_in(x.global_shape(), x.dtype(), x.local().device());
+  const Tensor xg = patch::global_stand_in(x);
   ops_detail::check_float(op, xg, "input");
   ops_detail::wrap_dim_of(op, dim, xg);
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops/window_args.h"
 #include "mesh/comm_handle.h"
 #include "mesh/comm_types.h"
 #include "patches/shard_spec.h"
@@ -79,11 +80,10 @@ struct WindowPlan {
   std::vector<WindowDim> dims;  // the sharded spatial dims
   std::vector<int64_t> stride, padding, dilation;  // for the local op (0 padding on halo dims: the halo op pads)
 };
-// A window op's arguments, one entry per spatial dim, as the op's argument check returns them once it has
-// accepted them (kernel >= 1, stride >= 1, padding >= 0, dilation >= 1: the window planner divides by the stride).
-struct WindowArgs {
-  std::vector<int64_t> kernel, stride, padding, dilation;
-};
+// A window op's arguments, one entry per spatial dim, as the local op's argument check returns them once it has
+// accepted them (autograd/ops/window_args.h: kernel >= 1, stride >= 1, padding >= 0, dilation >= 1; the window
+// planner divides by the stride).
+using WindowArgs = ops_detail::WindowArgs;
 // Decided from the spec and the checked arguments alone, identically on every rank.
 WindowPlan plan_window(const ShardTensor& x, const WindowArgs& args);
 // Halo-pads every halo dim (global edges filled with edge_value), the last one asynchronously while

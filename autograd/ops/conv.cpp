@@ -6,6 +6,7 @@
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
+#include "autograd/ops/window_args.h"
 #include "autograd/tape.h"
 #include "kernels/cpu/conv.h"
 #include "runtime/factories.h"
@@ -23,23 +24,6 @@ struct ConvCtx {
   Tensor x, w;  // contiguous, without autograd history
   bool grad_x = false, grad_w = false, grad_bias = false;
 };
-
-void check_operands(const char* op, const Tensor& x, const Tensor& w, const Tensor& bias) {
-  check_float(op, x, "input");
-  check_float(op, w, "weight");
-  if (bias.defined()) check_float(op, bias, "bias");
-  check_compatible(op, {&x, &w, &bias});
-}
-
-// The kernel extents of w (*, *, *kernel), each at least 1.
-std::vector<int64_t> kernel_extents(const char* op, const Tensor& w, int nd) {
-  std::vector<int64_t> kernel(nd);
-  for (int d = 0; d < nd; ++d) {
-    kernel[d] = w.size(2 + d);
-    SHARDRT_CHECK(kernel[d] >= 1, ShapeError, op, ": weight ", w.str(), " has an empty kernel");
-  }
-  return kernel;
-}
 
 // The GEMMs the kernels issue take 32-bit sizes and leading dims (see kernels/cpu/gemm.h).
 void check_blas_extents(const char* op, const Tensor& x, std::initializer_list<int64_t> extents) {
@@ -67,28 +51,13 @@ void save_operands(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor&
 void plan_conv(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride_in,
                const std::vector<int64_t>& padding_in, const std::vector<int64_t>& dilation_in) {
   const char* op = "conv";
-  check_operands(op, x, w, bias);
-  const int nd = spatial_dims(op, x);
-  SHARDRT_CHECK(w.dim() == x.dim(), ShapeError, op, ": weight ", w.str(), " must be (Cout, Cin, *kernel) for input ",
-                x.str());
-  SHARDRT_CHECK(w.size(1) == x.size(1), ShapeError, op, ": input ", x.str(), " has ", x.size(1),
-                " channels but weight ", w.str(), " expects ", w.size(1));
-  SHARDRT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0)), ShapeError, op, ": bias ",
-                bias.str(), " must be (Cout) for weight ", w.str());
-  const std::vector<int64_t> kernel = kernel_extents(op, w, nd);
-  const std::vector<int64_t> stride = per_spatial_dim(op, "stride", stride_in, nd, 1);
-  const std::vector<int64_t> padding = per_spatial_dim(op, "padding", padding_in, nd, 0);
-  const std::vector<int64_t> dilation = per_spatial_dim(op, "dilation", dilation_in, nd, 1);
+  const WindowArgs a = check_conv_args(x, w, bias, stride_in, padding_in, dilation_in);
+  const int nd = static_cast<int>(a.kernel.size());
   std::vector<int64_t> in(nd);
   for (int d = 0; d < nd; ++d) in[d] = x.size(2 + d);
   const ConvGeometry g = kernels::cpu::make_conv_geometry(nd, x.size(0), x.size(1), w.size(0), in.data(),
-                                                          kernel.data(), stride.data(), padding.data(),
-                                                          dilation.data());
-  // An empty input dim gives an empty output dim (a zero-size shard); otherwise the kernel must fit.
-  for (int d = 0; d < nd; ++d)
-    SHARDRT_CHECK(g.out[d] >= 1 || in[d] == 0, ShapeError, op, ": kernel ", shape_str(kernel), " with dilation ",
-                  shape_str(dilation), " does not fit input ", x.str(), " padded by ", shape_str(padding),
-                  " in spatial dim ", d);
+                                                          a.kernel.data(), a.stride.data(), a.padding.data(),
+                                                          a.dilation.data());
   const int64_t in_vol = g.in[0] * g.in[1] * g.in[2], out_vol = g.out[0] * g.out[1] * g.out[2];
   check_blas_extents(op, x, {in_vol, out_vol, g.c_in * g.kernel[0] * g.kernel[1] * g.kernel[2], g.c_out});
   ctx.geometry = g;
@@ -143,15 +112,8 @@ std::vector<Tensor> conv_backward(ConvCtx& ctx, const std::vector<Tensor>& grad_
 
 void plan_conv_transpose(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor& bias) {
   const char* op = "conv_transpose";
-  check_operands(op, x, w, bias);
-  const int nd = spatial_dims(op, x);
-  SHARDRT_CHECK(w.dim() == x.dim(), ShapeError, op, ": weight ", w.str(), " must be (Cin, Cout, *kernel) for input ",
-                x.str());
-  SHARDRT_CHECK(w.size(0) == x.size(1), ShapeError, op, ": input ", x.str(), " has ", x.size(1),
-                " channels but weight ", w.str(), " expects ", w.size(0));
-  SHARDRT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(1)), ShapeError, op, ": bias ",
-                bias.str(), " must be (Cout) for weight ", w.str());
-  const std::vector<int64_t> kernel = kernel_extents(op, w, nd);
+  const std::vector<int64_t> kernel = check_conv_transpose_args(x, w, bias);
+  const int nd = static_cast<int>(kernel.size());
   const std::vector<int64_t> padding(nd, 0), dilation(nd, 1);
   std::vector<int64_t> in(nd);
   for (int d = 0; d < nd; ++d) in[d] = x.size(2 + d);

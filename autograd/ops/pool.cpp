@@ -4,6 +4,7 @@
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
+#include "autograd/ops/window_args.h"
 #include "kernels/cpu/pool.h"
 
 namespace shardrt {
@@ -17,24 +18,13 @@ using kernels::cpu::ConvGeometry;
 // The pooling window over x (B, C, *spatial) as a ConvGeometry; an empty stride means stride = kernel.
 ConvGeometry plan_pool(const char* op, const Tensor& x, const std::vector<int64_t>& kernel_in,
                        const std::vector<int64_t>& stride_in, const std::vector<int64_t>& padding_in) {
-  check_float(op, x, "input");
-  const int nd = spatial_dims(op, x);
-  const std::vector<int64_t> kernel = per_spatial_dim(op, "kernel", kernel_in, nd, 1);
-  const std::vector<int64_t> stride = stride_in.empty() ? kernel : per_spatial_dim(op, "stride", stride_in, nd, 1);
-  const std::vector<int64_t> padding = per_spatial_dim(op, "padding", padding_in, nd, 0);
-  const std::vector<int64_t> dilation(nd, 1);
-  for (int d = 0; d < nd; ++d)
-    SHARDRT_CHECK(2 * padding[d] <= kernel[d], ValueError, op, ": padding ", shape_str(padding),
-                  " must be at most half the kernel ", shape_str(kernel),
-                  " (input ", x.str(), ")");
+  const WindowArgs a = check_pool_args(op, x, kernel_in, stride_in, padding_in);
+  const int nd = static_cast<int>(a.kernel.size());
   std::vector<int64_t> in(nd);
   for (int d = 0; d < nd; ++d) in[d] = x.size(2 + d);
   const ConvGeometry g = kernels::cpu::make_conv_geometry(nd, x.size(0), x.size(1), x.size(1), in.data(),
-                                                          kernel.data(), stride.data(), padding.data(),
-                                                          dilation.data());
-  for (int d = 0; d < nd; ++d)
-    SHARDRT_CHECK(g.out[d] >= 1, ShapeError, op, ": kernel ", shape_str(kernel), " does not fit input ", x.str(),
-                  " padded by ", shape_str(padding), " in spatial dim ", d);
+                                                          a.kernel.data(), a.stride.data(), a.padding.data(),
+                                                          a.dilation.data());
   cpu_kernel_only(op, x);
   return g;
 }

@@ -8,6 +8,7 @@
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
+#include "autograd/ops/window_args.h"
 #include "kernels/cpu/shape_ops.h"
 #include "runtime/factories.h"
 
@@ -195,24 +196,10 @@ kernels::cpu::PadMode kernel_pad_mode(PadMode mode) {
   throw ValueError("pad: unknown pad mode");
 }
 
-const char* pad_mode_name(PadMode mode) {
-  switch (mode) {
-    case PadMode::constant: return "constant";
-    case PadMode::reflect: return "reflect";
-    case PadMode::replicate: return "replicate";
-    case PadMode::circular: return "circular";
-  }
-  return "unknown";
-}
-
 // Validates the pads and fills ctx with the kernel's view of them; returns the output shape.
 Shape plan_pad(PadCtx& ctx, const Tensor& x, const std::vector<int64_t>& pads, PadMode mode) {
-  const char* mode_name = pad_mode_name(mode);
-  SHARDRT_CHECK(pads.size() == 2 || pads.size() == 4 || pads.size() == 6, ValueError, "pad: expected 2, 4 or 6 pad "
-                "values ((before, after) pairs for 1-3 trailing dims), got ", shape_str(pads), " for ", x.str());
+  check_pad_args(x, pads, mode);
   const int nd = static_cast<int>(pads.size() / 2);
-  SHARDRT_CHECK(nd <= x.dim(), ShapeError, "pad: ", shape_str(pads), " pads ", nd, " dims but the input ", x.str(),
-                " has only ", x.dim());
   ctx.mode = kernel_pad_mode(mode);
   ctx.nd = nd;
   ctx.in_shape = x.shape();
@@ -223,12 +210,6 @@ Shape plan_pad(PadCtx& ctx, const Tensor& x, const std::vector<int64_t>& pads, P
     // pads lists the last dim first.
     const int64_t in = x.size(lead + d), lo = pads[2 * (nd - 1 - d)], hi = pads[2 * (nd - 1 - d) + 1];
     const int64_t out = in + lo + hi;
-    SHARDRT_CHECK(out >= 0, ShapeError, "pad: pads (", lo, ", ", hi, ") on dim ", lead + d, " crop more than ",
-                  x.str(), " has");
-    SHARDRT_CHECK(mode == PadMode::constant || in > 0 || out == 0, ShapeError, "pad: ", mode_name,
-                  " padding of dim ", lead + d, " needs a non-empty dim, got ", x.str());
-    SHARDRT_CHECK(mode != PadMode::reflect || (lo < in && hi < in), ShapeError, "pad: reflect pads (", lo, ", ", hi,
-                  ") on dim ", lead + d, " must be smaller than its size in ", x.str());
     ctx.in[d] = in;
     ctx.lo[d] = lo;
     ctx.hi[d] = hi;
@@ -238,7 +219,6 @@ Shape plan_pad(PadCtx& ctx, const Tensor& x, const std::vector<int64_t>& pads, P
 }
 
 Tensor pad_forward(PadCtx& ctx, const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, double value) {
-  check_float("pad", x, "input");
   const Shape out_shape = plan_pad(ctx, x, pads, mode);
   cpu_kernel_only("pad", x);
   Tensor xc = x.contiguous();

@@ -4,6 +4,7 @@
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
+#include "autograd/ops/window_args.h"
 #include "kernels/cpu/upsample.h"
 
 namespace shardrt {
@@ -26,17 +27,9 @@ struct UpsampleCtx {
 
 Tensor upsample_forward(UpsampleCtx& ctx, const char* op, UpsampleMode mode, bool align_corners, const Tensor& x,
                         const std::vector<int64_t>& out_size) {
-  check_float(op, x, "input");
-  const int nd = spatial_dims(op, x);
-  ctx.out = per_spatial_dim(op, "output size", out_size, nd, 0);
-  for (int d = 0; d < nd; ++d) {
-    ctx.in.push_back(x.size(2 + d));
-    // An empty dim maps to an empty dim (a zero-size shard of a sharded input); otherwise both are non-empty.
-    SHARDRT_CHECK(ctx.in[d] >= 1 || ctx.out[d] == 0, ShapeError, op, ": spatial dim ", d, " of ", x.str(),
-                  " is empty and cannot be resized to ", ctx.out[d], " (an empty dim maps only to an empty dim)");
-    SHARDRT_CHECK(ctx.in[d] == 0 || ctx.out[d] >= 1, ValueError, op, ": output size ", shape_str(ctx.out),
-                  " has a 0 for the non-empty spatial dim ", d, " of ", x.str());
-  }
+  ctx.out = check_upsample_args(op, x, out_size);
+  const int nd = static_cast<int>(ctx.out.size());
+  for (int d = 0; d < nd; ++d) ctx.in.push_back(x.size(2 + d));
   cpu_kernel_only(op, x);
   ctx.name = op;
   ctx.mode = mode;
