@@ -166,6 +166,8 @@ ShardTensor pad(const ShardTensor& x, const std::vector<int64_t>& pads, PadMode 
 //                        all_to_all_v of indices), 1 all_to_all_v      grad all-reduced on axes where only the
 //                        of rows                                       index is sharded
 //   scatter_add_global   request phase, 1 all_to_all_v of src's rows   1 all_to_all_v fetching src's grad rows
+// The index values are read on the host, where the routing is planned: a CUDA index is copied to the host (and
+// waited for) once per call. The local gather/scatter kernels are (cpu): a CUDA x is a DeviceError.
 
 // x sharded along `dim` by one mesh axis A (other axes may shard other dims), or not sharded along `dim` (local).
 // `index`: a plain 1-D i64 tensor of GLOBAL indices in [0, x.global_shape()[dim]), identical on every rank.
@@ -207,7 +209,7 @@ struct Neighbors {
 
 // points (Np, D), queries (Nq, D), same float dtype and mesh. Placements: points Shard(0) on at most one axis A
 // (the ring axis) and Replicate elsewhere; queries Shard(0) or Replicate on every axis. Results are placed like
-// the queries (no grad).
+// the queries (no grad). (cpu): points or queries on a CUDA device are a DeviceError, never copied to the host.
 Neighbors knn(const ShardTensor& points, const ShardTensor& queries, int64_t k);
 // Ball query: the (at most max_points) nearest points with distance <= radius.
 Neighbors radius_search(const ShardTensor& points, const ShardTensor& queries, double radius, int64_t max_points);

@@ -25,6 +25,7 @@
 #include <optional>
 #include <utility>
 
+#include "autograd/ops/common.h"
 #include "patches/dispatch.h"
 #include "patches/ops.h"
 #include "patches/patch_util.h"
@@ -104,6 +105,9 @@ void check_args(const ShardTensor& points, const ShardTensor& queries, const Sea
                 " and queries ", queries.str(), " differ in the coordinate dim");
   SHARDRT_CHECK(sp.k >= 1, ValueError, sp.op, ": the neighbour count must be >= 1, got ", sp.k);
   SHARDRT_CHECK(sp.radius2 >= 0, ValueError, sp.op, ": the radius must be >= 0");
+  // The search runs on the host; CUDA coordinates are a DeviceError rather than a silent copy to the host.
+  ops_detail::cpu_kernel_only(sp.op, points.local(), "points");
+  ops_detail::cpu_kernel_only(sp.op, queries.local(), "queries");
 }
 
 // Accepts when both are (N, D) on one mesh, no Partial, only dim 0 sharded, points sharded on <= 1 axis.

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "tests/patches/patch_testing.h"
+#include "tests/support/cuda_skip.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
@@ -164,4 +165,17 @@ TEST_CASE("patch point cloud: unsupported placements are MissingShardPatch", "[p
   CHECK_THROWS_AS(radius_search(q, coords, 0.5, 2), MissingShardPatch);
   const ShardTensor partial = sum(distribute(rnd({2, 6, 3}, 107), line, on_line(Placement::Shard(1))), {1});
   CHECK_THROWS_AS(knn(partial, q, 2), MissingShardPatch);
+}
+
+TEST_CASE("patch knn / radius_search: CUDA points or queries are a DeviceError, not a copy to the host",
+          "[point_cloud][cuda]") {
+  if (skip_without_cuda()) return;
+  const Mesh& line = line_mesh();
+  const Tensor host = rnd({9, 3}, 91);
+  const Tensor dev = host.to(Device::cuda(0));
+  const ShardTensor on_host = distribute(host, line, {Placement::Replicate()});
+  const ShardTensor on_device = distribute(dev, line, {Placement::Replicate()});
+  CHECK_THROWS_AS(knn(on_device, on_host, 2), DeviceError);
+  CHECK_THROWS_AS(knn(on_host, on_device, 2), DeviceError);
+  CHECK_THROWS_AS(radius_search(on_device, on_device, 0.5, 2), DeviceError);
 }
