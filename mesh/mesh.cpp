@@ -12,6 +12,7 @@ namespace shardrt {
 struct Mesh::Impl {
   std::vector<std::string> names;
   std::vector<int> shape;
+  std::vector<AxisRole> roles;
   std::vector<int> coords;
   int rank = 0;
   int size = 1;
@@ -72,7 +73,16 @@ void resolve_shape(const std::vector<std::string>& names, std::vector<int>& shap
                 " ranks, but the communicator has ", comm_size);
 }
 
+// The roles of a mesh built without explicit ones: "ddp" is the batch axis, every other axis a domain axis.
+std::vector<AxisRole> roles_by_name(const std::vector<std::string>& names) {
+  std::vector<AxisRole> roles;
+  for (const std::string& n : names) roles.push_back(n == "ddp" ? AxisRole::batch : AxisRole::domain);
+  return roles;
+}
+
 }  // namespace
+
+const char* axis_role_name(AxisRole role) { return role == AxisRole::batch ? "batch" : "domain"; }
 
 Mesh::Mesh(MPI_Comm comm, int ddp, int domain, CommOptions opts)
     : Mesh(comm, {"ddp", "domain"}, {ddp, domain}, std::move(opts)) {}
@@ -82,7 +92,13 @@ Mesh Mesh::one_d(MPI_Comm comm, const std::string& axis, CommOptions opts) {
 }
 
 Mesh::Mesh(MPI_Comm comm, std::vector<std::string> axis_names, std::vector<int> shape, CommOptions opts)
+    : Mesh(comm, axis_names, std::move(shape), roles_by_name(axis_names), std::move(opts)) {}
+
+Mesh::Mesh(MPI_Comm comm, std::vector<std::string> axis_names, std::vector<int> shape, std::vector<AxisRole> roles,
+           CommOptions opts)
     : impl_(std::make_shared<Impl>()) {
+  SHARDRT_CHECK(roles.size() == axis_names.size(), ValueError, describe(axis_names, shape), ": ", roles.size(),
+                " axis roles for ", axis_names.size(), " axes");
   int initialized = 0;
   MPI_Initialized(&initialized);
   SHARDRT_CHECK(initialized, ValueError, describe(axis_names, shape), ": MPI is not initialised");
@@ -97,6 +113,7 @@ Mesh::Mesh(MPI_Comm comm, std::vector<std::string> axis_names, std::vector<int> 
   resolve_shape(axis_names, shape, m.size);
   m.names = std::move(axis_names);
   m.shape = std::move(shape);
+  m.roles = std::move(roles);
   if (error_rank() < 0) {
     int world_rank = 0, world_size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -152,6 +169,11 @@ const std::vector<int>& Mesh::shape() const { return impl_->shape; }
 int Mesh::size() const { return impl_->size; }
 int Mesh::rank() const { return impl_->rank; }
 const std::vector<int>& Mesh::coords() const { return impl_->coords; }
+const std::vector<AxisRole>& Mesh::axis_roles() const { return impl_->roles; }
+AxisRole Mesh::axis_role(int axis) const {
+  SHARDRT_CHECK(axis >= 0 && axis < ndim(), ValueError, str(), ": axis index ", axis, " out of range");
+  return impl_->roles[axis];
+}
 int Mesh::local_rank() const { return impl_->local.rank; }
 int Mesh::local_size() const { return impl_->local.size; }
 Device Mesh::device() const { return impl_->device; }
@@ -173,6 +195,7 @@ Mesh Mesh::sub(const std::string& axis) const {
   const std::shared_ptr<Communicator>& comm = impl_->axes[a];
   m.names = {axis};
   m.shape = {impl_->shape[a]};
+  m.roles = {impl_->roles[a]};
   m.coords = {impl_->coords[a]};
   m.rank = comm->rank();
   m.size = comm->size();

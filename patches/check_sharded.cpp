@@ -9,6 +9,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "patches/domain_batch.h"
 #include "runtime/errors.h"
 #include "runtime/factories.h"
 
@@ -163,7 +164,7 @@ ShardedCheckResult check_sharded(const Mesh& mesh, const ShardedFn& fn, const Sh
   CommOptions opts;
   opts.ledger = std::make_shared<CommLedger>();  // keeps the oracle's (trivial) collectives out of the caller's
   opts.cuda_device = mesh.device().is_cuda() ? mesh.device().index : CommOptions::no_gpu;
-  const Mesh serial(MPI_COMM_SELF, mesh.axis_names(), std::vector<int>(mesh.ndim(), 1), opts);
+  const Mesh serial(MPI_COMM_SELF, mesh.axis_names(), std::vector<int>(mesh.ndim(), 1), mesh.axis_roles(), opts);
   const Placements replicated(mesh.ndim(), Placement::Replicate());
   std::vector<Tensor> s_leaves, s_params;
   std::vector<ShardTensor> s_inputs;
@@ -212,6 +213,11 @@ ShardedCheckResult check_sharded(const Mesh& mesh, const ShardedFn& fn, const Sh
       shapes_match = shapes_match && out[k].global_shape() == s_out[k].global_shape();
     if (shapes_match) run_backward(out, grads);
   }
+
+  // Parameter grads are complete over the domain axes and per-rank estimates over the batch axes (domain_batch.h):
+  // average them there as the optimizer will, once, and compare the result. A patch that also summed them over a
+  // batch axis counts the batch twice and fails.
+  reduce_batch_grads(mesh, params);
 
   const Communicator& flat = mesh.flat();
   auto scope = flat.ledger().scope("check_sharded");

@@ -5,7 +5,9 @@
 //   sharded  — on `mesh`, each input distributed with its placements (and extents, when given), parameters
 //              replicated; along a Partial axis the ranks hold rank-distinct parts that sum to the input;
 // then compares the outputs (gathered), the grads of every input and of every parameter after one backward
-// with the same random grad_output (never sum()). It also asserts that sharding is active on meshes of more
+// with the same random grad_output (never sum()). Parameter grads are compared after reduce_batch_grads (the
+// average over the mesh's batch axes that the optimizer does, once): a patch that already summed them over a batch axis
+// counts them twice and fails. It also asserts that sharding is active on meshes of more
 // than one rank (some input is split so that every rank's local extent is smaller than the global extent, or
 // is Partial over several ranks), that every grad is finite and somewhere nonzero, and that every gathered
 // output and grad (so every replicated output and every parameter grad) is bitwise identical on every rank. It

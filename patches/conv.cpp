@@ -244,7 +244,7 @@ ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, cons
   if (!plan.why_not.empty())
     throw MissingShardPatch(detail::concat("conv: no patch for placements ", describe_placements({&x}), " on ",
                                            x.spec().str(), ": ", plan.why_not));
-  const std::vector<Tensor> p = patch::reduce_grads_over("conv", x.mesh(), patch::shard_axes(x.spec()), {w, bias});
+  const std::vector<Tensor> p = patch::reduce_param_grads("conv", x.spec(), {w, bias});
   return patch::run_window("conv", x, plan, 0.0, [&](const Tensor& in) {
     return conv(in, p[0], p[1], plan.stride, plan.padding, plan.dilation);
   });
@@ -267,7 +267,7 @@ ShardTensor conv_transpose(const ShardTensor& x, const Tensor& w, const Tensor& 
     throw MissingShardPatch(detail::concat("conv_transpose: no patch for placements ", describe_placements({&x}),
                                            " on ", x.spec().str(), ": ", why));
   const std::vector<Tensor> p =
-      patch::reduce_grads_over("conv_transpose", x.mesh(), patch::shard_axes(x.spec()), {w, bias});
+      patch::reduce_param_grads("conv_transpose", x.spec(), {w, bias});
   return patch::wrap_output(x, conv_transpose(x.local(), p[0], p[1]), dims);
 }
 

@@ -26,7 +26,7 @@ bool features_unsharded(const ShardTensor& x, const Tensor&, const Tensor&) {
 
 ShardTensor linear_rows(const ShardTensor& x, const Tensor& weight, const Tensor& bias) {
   const std::vector<Tensor> p =
-      patch::reduce_grads_over("linear", x.mesh(), patch::shard_axes(x.spec()), {weight, bias});
+      patch::reduce_param_grads("linear", x.spec(), {weight, bias});
   const Tensor y = linear(x.local(), p[0], p[1]);
   Shape global = x.global_shape();
   global.back() = y.size(-1);

@@ -230,8 +230,7 @@ ShardTensor group_norm_sharded(const ShardTensor& x, int64_t groups, const Tenso
   std::vector<int> spatial;
   for (int d = 2; d < x.dim(); ++d) spatial.push_back(d);
   const std::vector<int> stat_axes = patch::axes_sharding(x.spec(), spatial);
-  const std::vector<Tensor> p = patch::reduce_grads_over("group_norm", x.mesh(), patch::shard_axes(x.spec()),
-                                                         {weight, bias});
+  const std::vector<Tensor> p = patch::reduce_param_grads("group_norm", x.spec(), {weight, bias});
   if (stat_axes.empty())
     return ShardTensor(group_norm(x.local(), groups, p[0], p[1], eps), x.spec());
   const int64_t cg = c / groups;
@@ -265,7 +264,7 @@ bool normalized_dims_unsharded(const ShardTensor& x, const Shape& normalized_sha
 ShardTensor layer_norm_rows(const ShardTensor& x, const Shape& normalized_shape, const Tensor& weight,
                             const Tensor& bias, double eps) {
   const std::vector<Tensor> p =
-      patch::reduce_grads_over("layer_norm", x.mesh(), patch::shard_axes(x.spec()), {weight, bias});
+      patch::reduce_param_grads("layer_norm", x.spec(), {weight, bias});
   return ShardTensor(layer_norm(x.local(), normalized_shape, p[0], p[1], eps), x.spec());
 }
 
@@ -285,7 +284,7 @@ ShardTensor layer_norm_stats(const ShardTensor& x, const Shape& normalized_shape
   for (int d = first; d < x.dim(); ++d) norm_dims.push_back(d);
   const std::vector<int> stat_axes = patch::axes_sharding(x.spec(), norm_dims);
   const std::vector<Tensor> p =
-      patch::reduce_grads_over("layer_norm", x.mesh(), patch::shard_axes(x.spec()), {weight, bias});
+      patch::reduce_param_grads("layer_norm", x.spec(), {weight, bias});
   // This rank's window of the replicated affine parameters: their grads land in the window, zeros elsewhere,
   // and reduce_grads_over sums the windows into the complete grad.
   auto window = [&](Tensor t) {

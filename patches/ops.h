@@ -7,8 +7,10 @@
 // identically on every rank from the specs alone. "P" is the size of the mesh axis concerned.
 //
 // Parameters are plain replicated Tensors. Where one meets a sharded activation its grad is a partial sum over
-// the sharded axes, which the patch's backward all-reduces (sum, in >= fp32) over exactly those axes, once; a
-// parameter used only on replicated data is not reduced.
+// the sharded DOMAIN axes, which the patch's backward all-reduces (sum, in >= fp32) over exactly those axes, once
+// (patch::reduce_param_grads); a parameter used only on replicated data is not reduced. Over BATCH axes (ddp) no
+// patch reduces: each rank's grad is its estimate of the batch's grad (its samples' contribution times the batch
+// ranks), and reduce_batch_grads (patches/domain_batch.h, the optimizer's step) averages it there, once.
 #pragma once
 #include <cstdint>
 #include <vector>

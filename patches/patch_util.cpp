@@ -19,6 +19,13 @@ std::vector<int> shard_axes(const ShardSpec& spec) {
   return axes;
 }
 
+std::vector<int> param_grad_axes(const ShardSpec& spec) {
+  std::vector<int> axes;
+  for (int m : shard_axes(spec))
+    if (!spec.mesh().is_batch_axis(m)) axes.push_back(m);
+  return axes;
+}
+
 std::vector<int> axes_sharding(const ShardSpec& spec, const std::vector<int>& dims) {
   std::vector<int> axes;
   for (int m = 0; m < static_cast<int>(spec.placements().size()); ++m) {
@@ -81,44 +88,66 @@ Tensor local_extremum_keepdim(const Tensor& x, const std::vector<int>& dims, Red
 
 // ---- reduce_grads_over ----------------------------------------------------------------------------------------
 
+std::vector<Tensor> all_reduce_packed(const Mesh& mesh, const std::vector<int>& axes, const std::vector<Tensor>& ts,
+                                      const std::string& label) {
+  if (ts.empty()) return {};
+  // At least f32 on the wire and in the sum: a bf16/f16 partial grad summed over P ranks in 16 bits loses the
+  // small contributions.
+  DType wide = DType::f32;
+  int64_t total = 0;
+  for (const Tensor& t : ts) {
+    if (t.dtype() == DType::f64) wide = DType::f64;
+    total += t.numel();
+  }
+  Tensor packed = Tensor::empty({total}, wide, ts.front().device());
+  int64_t at = 0;
+  for (const Tensor& t : ts) {
+    packed.narrow(0, at, t.numel()).view(t.shape()).copy_(t);
+    at += t.numel();
+  }
+  all_reduce_over(mesh, axes, packed, ReduceOp::sum, label);
+  std::vector<Tensor> out;
+  at = 0;
+  for (const Tensor& t : ts) {
+    out.push_back(packed.narrow(0, at, t.numel()).view(t.shape()).to(t.dtype()));
+    at += t.numel();
+  }
+  return out;
+}
+
 namespace {
 
 struct ReduceGradsCtx {
   Mesh mesh;
   std::vector<int> axes;
   std::string label;  // "<op>.backward"
+  double share = 1;
 };
 
-// Forward is the identity; backward: pack, all-reduce once per axis, unpack.
+// Forward is the identity; backward: the packed sum of the grads, times the share.
 std::vector<Tensor> reduce_grads_backward(ReduceGradsCtx& ctx, const std::vector<Tensor>& grads) {
-  // At least f32 on the wire and in the sum: a bf16/f16 partial grad summed over P ranks in 16 bits loses the
-  // small contributions.
-  DType wide = DType::f32;
-  int64_t total = 0;
-  for (const Tensor& g : grads) {
-    if (g.dtype() == DType::f64) wide = DType::f64;
-    total += g.numel();
-  }
-  Tensor packed = Tensor::empty({total}, wide, grads.front().device());
-  int64_t at = 0;
-  for (const Tensor& g : grads) {
-    packed.narrow(0, at, g.numel()).view(g.shape()).copy_(g);
-    at += g.numel();
-  }
-  all_reduce_over(ctx.mesh, ctx.axes, packed, ReduceOp::sum, ctx.label);
-  std::vector<Tensor> out;
-  at = 0;
-  for (const Tensor& g : grads) {
-    out.push_back(packed.narrow(0, at, g.numel()).view(g.shape()).to(g.dtype()));
-    at += g.numel();
-  }
-  return out;
+  std::vector<Tensor> sums = all_reduce_packed(ctx.mesh, ctx.axes, grads, ctx.label);
+  if (ctx.share != 1)
+    for (Tensor& g : sums) g = mul_scalar(g, ctx.share);
+  return sums;
+}
+
+// The number of ranks over the batch axes where `spec` is sharded (see reduce_param_grads).
+double batch_share(const ShardSpec& spec) {
+  double ranks = 1;
+  for (int m = 0; m < spec.mesh().ndim(); ++m)
+    if (spec.mesh().is_batch_axis(m) && spec.placement(m).is_shard()) ranks *= spec.mesh().shape()[m];
+  return ranks;
 }
 
 }  // namespace
 
+std::vector<Tensor> reduce_param_grads(const char* op, const ShardSpec& x, const std::vector<Tensor>& params) {
+  return reduce_grads_over(op, x.mesh(), param_grad_axes(x), params, batch_share(x));
+}
+
 std::vector<Tensor> reduce_grads_over(const char* op, const Mesh& mesh, const std::vector<int>& axes,
-                                      const std::vector<Tensor>& operands) {
+                                      const std::vector<Tensor>& operands, double share) {
   std::vector<size_t> reduced;  // indices of the operands whose grads get reduced
   std::vector<Tensor> inputs;
   for (size_t i = 0; i < operands.size(); ++i)
@@ -126,11 +155,11 @@ std::vector<Tensor> reduce_grads_over(const char* op, const Mesh& mesh, const st
       reduced.push_back(i);
       inputs.push_back(operands[i]);
     }
-  if (axes.empty() || inputs.empty()) return operands;
+  if ((axes.empty() && share == 1) || inputs.empty()) return operands;
   const std::string label = std::string(op) + ".backward";
   const std::string node_name = std::string(op) + ".reduce_grads";
   std::vector<Tensor> outs = record_collective(node_name.c_str(), inputs, inputs, true,
-                                               ReduceGradsCtx{mesh, axes, label}, reduce_grads_backward);
+                                               ReduceGradsCtx{mesh, axes, label, share}, reduce_grads_backward);
   std::vector<Tensor> result = operands;
   for (size_t k = 0; k < reduced.size(); ++k) result[reduced[k]] = outs[k];
   return result;

@@ -15,31 +15,47 @@ namespace {
 
 // Identity forward; backward sums the grad over the given mesh axes. What a patch does for a replicated
 // parameter that meets data sharded over those axes (each rank's grad is then only its shard's contribution).
+// `share` scales the sum: the ranks of the batch axes sharding the samples (see reduce_param_grads).
 struct SumGradCtx {
   Mesh mesh;
   std::vector<std::string> axes;
+  double share = 1;
 };
 std::vector<Tensor> sum_grad_backward(SumGradCtx& ctx, const std::vector<Tensor>& g) {
   Tensor s = g[0].contiguous().clone();
   for (const std::string& a : ctx.axes) ctx.mesh.axis(a).all_reduce(s);
-  return {s};
+  return {mul_scalar(s, ctx.share)};
 }
-Tensor sum_grad_over(const Tensor& w, const Mesh& mesh, std::vector<std::string> axes) {
-  return record("test:sum_grad_over", {w}, w.detach(), SumGradCtx{mesh, std::move(axes)}, sum_grad_backward);
+Tensor sum_grad_over(const Tensor& w, const Mesh& mesh, std::vector<std::string> axes, double share = 1) {
+  return record("test:sum_grad_over", {w}, w.detach(), SumGradCtx{mesh, std::move(axes), share}, sum_grad_backward);
 }
 
-std::vector<std::string> shard_axes(const ShardTensor& x) {
+// The number of ranks over the batch axes sharding x: a rank's grad times it is its estimate of the batch's.
+double batch_share(const ShardTensor& x) {
+  double ranks = 1;
+  for (int m = 0; m < x.mesh().ndim(); ++m)
+    if (x.mesh().is_batch_axis(m) && x.placements()[m].is_shard()) ranks *= x.mesh().shape()[m];
+  return ranks;
+}
+
+// The axes sharding x, domain-role ones only unless `with_batch` (the rule: a patch sums a parameter's grad over
+// the domain axes; the batch axes are the optimizer's, check_sharded's reduce_batch_grads).
+std::vector<std::string> shard_axes(const ShardTensor& x, bool with_batch = false) {
   std::vector<std::string> axes;
   for (int m = 0; m < x.mesh().ndim(); ++m)
-    if (x.placements()[m].is_shard()) axes.push_back(x.mesh().axis_names()[m]);
+    if (x.placements()[m].is_shard() && (with_batch || !x.mesh().is_batch_axis(m)))
+      axes.push_back(x.mesh().axis_names()[m]);
   return axes;
 }
 
-// y = x W with x's rows sharded: no forward collective; W's grad must be summed over the sharding axes.
-ShardedFn linear_rows(bool reduce_weight_grad) {
-  return [reduce_weight_grad](const std::vector<ShardTensor>& in, const std::vector<Tensor>& params) {
+// y = x W with x's rows sharded: no forward collective; W's grad must be summed over the sharding domain axes
+// (`over_batch_too`: also over the batch axes, which counts the batch twice).
+ShardedFn linear_rows(bool reduce_weight_grad, bool over_batch_too = false) {
+  return [=](const std::vector<ShardTensor>& in, const std::vector<Tensor>& params) {
     const ShardTensor& x = in[0];
-    const Tensor w = reduce_weight_grad ? sum_grad_over(params[0], x.mesh(), shard_axes(x)) : params[0];
+    const Tensor w =
+        reduce_weight_grad ? sum_grad_over(params[0], x.mesh(), shard_axes(x, over_batch_too), batch_share(x))
+                           : params[0];
     return std::vector<ShardTensor>{from_local(matmul(x.local(), w), x.mesh(), x.placements(), x.spec().all_extents())};
   };
 }
@@ -129,6 +145,13 @@ TEST_CASE("check_sharded: ddp x domain grids, rows sharded over either axis, and
       ShardedCheckResult r = check_sharded(mesh, linear_rows(true), c);
       INFO(r.report);
       CHECK(r.ok);
+      if (mesh.is_batch_axis(rows_axis) && mesh.shape()[rows_axis] > 1) {
+        // The patch summing W's grad over ddp as well: counted twice.
+        r = check_sharded(mesh, linear_rows(true, /*over_batch_too=*/true), c);
+        INFO(r.report);
+        CHECK_FALSE(r.ok);
+        CHECK(same_on_every_rank(r.ok));
+      }
       ShardedCase sums = c;
       sums.params.clear();  // unused: its grad would be zero, which the harness rejects as vacuous
       sums.name = "column sums " + placements_str(p) + " -> S(0)";
@@ -217,7 +240,7 @@ TEST_CASE("check_sharded negative controls: forgotten reductions fail on every r
   // A mix-up only a 2-D mesh shows: rows sharded over one axis, W's grad summed over the other.
   for (auto g : grids()) {
     const Mesh m2 = grid(g);
-    const int rows_axis = g.first > 1 ? 0 : 1;
+    const int rows_axis = g.second > 1 ? 1 : 0;
     Placements p{R, R};
     p[rows_axis] = S(0);
     const ShardedCase c2 = rows_case("W's grad summed over the wrong axis", p, {}, 2 * m2.size() + 1);

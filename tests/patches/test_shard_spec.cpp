@@ -365,10 +365,37 @@ TEST_CASE("a domain group carries one sample: a larger batch is a ShapeError on 
   try {
     check_one_sample_per_domain_group("model", two);
   } catch (const ShapeError& e) {
-    threw = std::string(e.what()).find("batch of 2") != std::string::npos;
+    threw = std::string(e.what()).find("up to 2 samples") != std::string::npos;
   }
   CHECK(threw);
   CHECK(same_on_every_rank(threw));
   // Replicated data is not domain-parallel: any batch is fine.
   CHECK_NOTHROW(check_one_sample_per_domain_group("model", distribute(iota({2, 8, 3}), mesh, {R})));
+}
+
+TEST_CASE("a domain group carries one sample: batch Shard(0) over ddp, tokens over domain", "[core][spec]") {
+  for (auto g : grids()) {
+    const Mesh mesh = grid(g);
+    if (g.first == 1 || g.second == 1) continue;  // needs both axes
+    // One sample per ddp rank, the tokens over domain: the canonical layout.
+    const ShardTensor canonical = distribute(iota({g.first, 8, 3}), mesh, {S(0), S(1)});
+    CHECK_NOTHROW(check_one_sample_per_domain_group("model", canonical));
+    // Two samples on some ddp rank: rejected, everywhere.
+    bool threw = false;
+    try {
+      check_one_sample_per_domain_group("model", distribute(iota({g.first + 1, 8, 3}), mesh, {S(0), S(1)}));
+    } catch (const ShapeError& e) {
+      threw = std::string(e.what()).find("up to 2 samples") != std::string::npos;
+    }
+    CHECK(threw);
+    CHECK(same_on_every_rank(threw));
+    // The batch dim split over the domain axis is not domain parallelism.
+    threw = false;
+    try {
+      check_one_sample_per_domain_group("model", distribute(iota({g.second, 8, 3}), mesh, {R, S(0)}));
+    } catch (const ShapeError& e) {
+      threw = std::string(e.what()).find("over the domain axis 'domain'") != std::string::npos;
+    }
+    CHECK(threw);
+  }
 }
