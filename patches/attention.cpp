@@ -389,9 +389,11 @@ AttentionShardOutput run_sharded_kv(const char* node, SkForward fwd, SkBackward 
                                     const ShardTensor& k, const ShardTensor& v, double scale) {
   ShardedKvCtx ctx = make_ctx(q, k, v, scale);
   const std::vector<Tensor> outs = fwd(ctx);
-  // Every rank records the node: its backward has collectives even where this rank's inputs need no grad.
+  // Recorded only when an input needs grad (inference keeps nothing alive). Whether one does is the same on
+  // every rank, so every rank records the node and runs the backward's collectives together.
   const std::vector<Tensor> rec =
-      record_collective(node, {q.local(), k.local(), v.local()}, outs, true, std::move(ctx), bwd);
+      record_collective(node, {q.local(), k.local(), v.local()}, outs,
+                        any_requires_grad({q.local(), k.local(), v.local()}), std::move(ctx), bwd);
   return wrap(q, rec[0], rec[1]);
 }
 

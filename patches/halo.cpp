@@ -19,7 +19,8 @@
 // whichever ranks own its slices. Forward: one all_to_all_v on `axis` under "<op>.forward": rank r sends each
 // other rank j its own slices inside j's window (|own_r ∩ window_j| slices; its own part is copied locally).
 // Backward: one all_to_all_v under "<op>.backward" with the counts reversed, the window's grads going back to
-// their owners, which add them into their slices. Saved: the routes (O(P)). Every rank records the node.
+// their owners, which add them into their slices. Saved: the routes (O(P)). The node is recorded when the input
+// needs grad (the same on every rank).
 //
 // The ring wrap (circular padding of a sharded dim, also declared in patches/window.h): the first rank prepends the
 // last `lo` slices of the last rank, the last rank appends the first `hi` slices of the first rank — the ring
@@ -292,7 +293,8 @@ HaloSlabs halo_slabs(const char* op, const Tensor& local, const Mesh& mesh, int 
   const std::string name = std::string(op) + ".halo";
   const std::vector<Tensor> slabs = record_collective(
       name.c_str(), {local},
-      std::vector<Tensor>{buf.narrow(dim, 0, lw), buf.narrow(dim, lw + to_left + to_right, rw)}, true,
+      std::vector<Tensor>{buf.narrow(dim, 0, lw), buf.narrow(dim, lw + to_left + to_right, rw)},
+      any_requires_grad({local}),
       SlabCtx{mesh, axis, dim, widths, local.shape(), std::string(op) + ".backward"}, slab_backward);
   out.left = slabs[0];
   out.right = slabs[1];
@@ -320,7 +322,7 @@ Tensor ring_wrap(const char* op, const Tensor& local, const Mesh& mesh, int axis
   out.narrow(dim, before, n).copy_(x);
   if (after > 0) out.narrow(dim, before + n, after).copy_(recv_hi);
   const std::string name = std::string(op) + ".ring_wrap";
-  return record_collective(name.c_str(), {local}, std::vector<Tensor>{out}, true,
+  return record_collective(name.c_str(), {local}, std::vector<Tensor>{out}, any_requires_grad({local}),
                            WrapCtx{mesh, axis, dim, lo, hi, std::string(op) + ".backward"}, wrap_backward)[0];
 }
 
@@ -340,7 +342,7 @@ HaloPadded halo_pad(const char* op, const Tensor& local, const Mesh& mesh, int a
   }
   if (!async) out.pending.wait();
   const std::string name = std::string(op) + ".halo";
-  out.padded = record_collective(name.c_str(), {local}, std::vector<Tensor>{padded}, true,
+  out.padded = record_collective(name.c_str(), {local}, std::vector<Tensor>{padded}, any_requires_grad({local}),
                                  HaloCtx{mesh, axis, dim, widths, std::string(op) + ".backward"}, halo_backward)[0];
   return out;
 }
@@ -361,7 +363,7 @@ Tensor halo_window(const char* op, const Tensor& local, const Mesh& mesh, int ax
     route_slices(comm, dim, x, w.send_at, w.send_len, out, w.recv_at, w.recv_len, false);
   }
   const std::string name = std::string(op) + ".halo_window";
-  return record_collective(name.c_str(), {local}, std::vector<Tensor>{out}, true,
+  return record_collective(name.c_str(), {local}, std::vector<Tensor>{out}, any_requires_grad({local}),
                            WindowCtx{mesh, axis, dim, local.shape(), w, std::string(op) + ".backward"},
                            window_backward)[0];
 }

@@ -209,8 +209,8 @@ Tensor sharded_norm(const char* op, const Mesh& mesh, std::vector<int> stat_axes
   std::vector<Tensor> inputs = {x4};
   if (ctx.has_w) inputs.push_back(gamma4);
   if (ctx.has_b) inputs.push_back(beta4);
-  // Every rank records the node: its backward has a collective even where this rank's inputs need no grad.
-  return record_collective(op, inputs, std::vector<Tensor>{y}, true, std::move(ctx), sharded_norm_backward)[0];
+  // Recorded when an input needs grad (the same on every rank, so all run the backward's collective together).
+  return record_collective(op, inputs, std::vector<Tensor>{y}, any_requires_grad(inputs), std::move(ctx), sharded_norm_backward)[0];
 }
 
 // ---- group_norm ---------------------------------------------------------------------------------------------

@@ -148,8 +148,9 @@ ShardTensor amax_sharded(const ShardTensor& x, const std::vector<int>& dims_in, 
   for (int m : ctx.axes) ctx.offset[x.spec().placement(m).dim] = x.spec().offset(m);
   const ShardSpec spec = reduced_spec(x.spec(), dims, keepdim, Placement::Replicate());
   const Tensor y_kept = sharded_amax_forward(ctx, x.local());
-  // Every rank records the node, whether or not its own x needs grad: the backward has a collective.
-  const Tensor y = record_collective("amax", {x.local()}, std::vector<Tensor>{y_kept}, true, std::move(ctx),
+  // Recorded only when an input needs grad (inference keeps nothing alive). Whether one does is the same on
+  // every rank, so every rank records the node and runs the backward's collectives together.
+  const Tensor y = record_collective("amax", {x.local()}, std::vector<Tensor>{y_kept}, any_requires_grad({x.local()}), std::move(ctx),
                                      sharded_amax_backward)[0];
   return ShardTensor(keepdim ? y : reshape(y, spec.local_shape()), spec);
 }

@@ -64,9 +64,10 @@ std::vector<SoftmaxPatch> softmax_table(const char* op, bool is_log) {
     const int d = wrap_dim(dim, x.dim(), op);
     ShardedSoftmaxCtx ctx{x.mesh(), x.spec().axis_sharding(d), d, is_log, op, Tensor()};
     const Tensor y = sharded_softmax_forward(ctx, x.local());
-    // Every rank records the node, whether or not its own x needs grad: the backward has a collective.
+    // Recorded only when an input needs grad (inference keeps nothing alive). Whether one does is the same on
+    // every rank, so every rank records the node and runs the backward's collectives together.
     return ShardTensor(
-        record_collective(op, {x.local()}, std::vector<Tensor>{y}, true, std::move(ctx), sharded_softmax_backward)[0],
+        record_collective(op, {x.local()}, std::vector<Tensor>{y}, any_requires_grad({x.local()}), std::move(ctx), sharded_softmax_backward)[0],
         x.spec());
   };
   auto dim_unsharded = [op](const ShardTensor& x, int dim) {
