@@ -3,22 +3,28 @@
 // q (…, Nq, D), k (…, Nk, D), v (…, Nk, Dv), equal leading dims (BH problems); the sequence dim is ndim-2. P ranks on
 // the mesh axis, r this rank, ek the per-rank key extents, t the itemsize, KV(n) = BH·n·(D+Dv)·t (K and V travel
 // packed). k and v are placed identically (extents included), all three on one mesh; out (…, Nq, Dv) and lse (…, Nq)
-// get q's placements and extents, computed locally. Collectives run on the mesh axis under
+// get q's placements and extents, computed locally. Collectives run on the sequence axis under
 // "scaled_dot_product_attention.forward|backward"; bytes are per rank, none at P = 1.
 //
-//  q, kv     mesh  forward collectives                   backward collectives                   saved / rank
-//  R, R      any   none                                  none                                   the local op's
-//  S, R      1-D   none                                  all_reduce dK|dV in >= f32:            q_r, out_r, lse_r
-//                                                        (numel k + numel v)·max(4,t)·(P-1)     (k, v not copied)
-//  R, S      1-D   all_reduce max of lse: BH·Nq·t·(P-1)  all_reduce dq: BH·Nq·D·t·(P-1)         q, out, lse, kv_r
-//                  all_reduce [out·w, w]: BH·Nq·(Dv+1)·t·(P-1)
-//  S, S ring 1-D   P-1 ring_shift kv: KV(Nk - ek[r+1])   P-1 ring_shift kv, P ring_shift dK|dV:  q_r, kv_r,
-//                                                        KV(Nk - ek[r+1]) + KV(Nk)              out_r, lse_r
-//  S, S a-g  1-D   all_gather_v kv: KV(ek[r])·(P-1)      all_gather_v kv again, reduce_scatter_v  q_r, kv_r,
-//                                                        dK|dV: KV(ek[r])·(P-1) + KV(Nk - ek[r])  out_r, lse_r
-//  Anything else (Partial, another dim sharded, a Shard on a mesh of more than one axis, k and v placed apart,
-//  different meshes) → MissingShardPatch naming the placements. S, S picks ring (KvStrategy::ring, the default) or
-//  all-gather (a-g); kv_r is this rank's packed K/V copy, so S, S saves O(N/P) with either strategy.
+// Placements: at most one mesh axis A (the sequence axis) shards the sequence dim of q or of k/v, the other then
+// Shard of its sequence dim too or Replicate there; on every other axis q and k/v are placed alike, Replicate or
+// Shard of the same leading dim (batch or heads) with equal extents, and need no collective (the canonical 2-D
+// layout: batch or heads over ddp, the sequence over domain). The table is per axis A, P its size, BH the local
+// leading size (this rank's batch/heads slice):
+//  q, kv on A  forward collectives on A               backward collectives on A              saved / rank
+//  no A        none                                  none                                   the local op's
+//  S, R        none                                  all_reduce dK|dV in >= f32:            q_r, out_r, lse_r
+//                                                    (numel k + numel v)·max(4,t)·(P-1)     (k, v not copied)
+//  R, S        all_reduce max of lse: BH·Nq·t·(P-1)  all_reduce dq: BH·Nq·D·t·(P-1)         q, out, lse, kv_r
+//              all_reduce [out·w, w]: BH·Nq·(Dv+1)·t·(P-1)
+//  S, S ring   P-1 ring_shift kv: KV(Nk - ek[r+1])   P-1 ring_shift kv, P ring_shift dK|dV:  q_r, kv_r,
+//                                                    KV(Nk - ek[r+1]) + KV(Nk)              out_r, lse_r
+//  S, S a-g    all_gather_v kv: KV(ek[r])·(P-1)      all_gather_v kv again, reduce_scatter_v  q_r, kv_r,
+//                                                    dK|dV: KV(ek[r])·(P-1) + KV(Nk - ek[r])  out_r, lse_r
+//  Anything else (Partial, the feature dim sharded, two axes on sequence dims, q and k/v split apart on a leading
+//  dim, k and v placed apart, different meshes) → MissingShardPatch naming the placements. S, S picks ring
+//  (KvStrategy::ring, the default) or all-gather (a-g); kv_r is this rank's packed K/V copy, so S, S saves O(N/P)
+//  with either strategy. K/V grads (activations) are summed over A whatever its role.
 // Transient per rank: ring, two K/V blocks (current, next) and in backward three dK/dV blocks (being computed,
 //   outgoing, incoming), all of N/P keys; all-gather, the whole K/V (and the whole dK/dV in backward).
 // Numerics: blocks merge in the input dtype with a running LSE, each row rescaled once per block; the backward feeds
@@ -136,8 +142,9 @@ Tensor neg_inf_like(const Shape& shape, const Tensor& like) {
 // ---- the sharded-KV context shared by ring, all-gather and the replicated-q fold --------------------------------
 
 struct ShardedKvCtx {
-  explicit ShardedKvCtx(Mesh m) : mesh(std::move(m)) {}
+  ShardedKvCtx(Mesh m, int a) : mesh(std::move(m)), axis(a) {}
   Mesh mesh;
+  int axis;  // the mesh axis sharding the sequence
   Dims g;
   std::vector<int64_t> ek;  // per-rank key extents
   double scale = 1;
@@ -145,10 +152,10 @@ struct ShardedKvCtx {
   Tensor q, kv, out, lse;  // q contiguous; kv this rank's packed K/V; out and lse the global result (this rank's rows)
 };
 
-ShardedKvCtx make_ctx(const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, double scale) {
-  ShardedKvCtx ctx(q.mesh());
+ShardedKvCtx make_ctx(const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, double scale, int axis) {
+  ShardedKvCtx ctx(q.mesh(), axis);
   ctx.g = dims_of(q.local(), v.local());
-  ctx.ek = k.spec().extents(0);
+  ctx.ek = k.spec().extents(axis);
   ctx.scale = scale;
   ctx.q_shape = q.local().shape();
   ctx.k_shape = k.local().shape();
@@ -180,7 +187,7 @@ std::vector<Tensor> unpack_grads(const ShardedKvCtx& c, const Tensor& gq, const 
 // ---- ring ------------------------------------------------------------------------------------------------------
 
 std::vector<Tensor> ring_forward(ShardedKvCtx& c) {
-  Communicator& comm = patch::axis_comm(c.mesh, 0);
+  Communicator& comm = patch::axis_comm(c.mesh, c.axis);
   const int p = comm.size(), r = comm.rank();
   const Dims& g = c.g;
   Tensor acc = zeros({g.bh, g.nq, g.dv}, {c.q.dtype(), c.q.device()});
@@ -209,7 +216,7 @@ std::vector<Tensor> ring_forward(ShardedKvCtx& c) {
 }
 
 std::vector<Tensor> ring_backward(ShardedKvCtx& c, const std::vector<Tensor>& grads) {
-  Communicator& comm = patch::axis_comm(c.mesh, 0);
+  Communicator& comm = patch::axis_comm(c.mesh, c.axis);
   const int p = comm.size(), r = comm.rank();
   const Dims& g = c.g;
   const Tensor grad_out = grads[0].contiguous(), grad_lse = grads[1].contiguous();
@@ -263,7 +270,7 @@ std::vector<int64_t> kv_counts(const ShardedKvCtx& c) {
 
 // Every rank's packed K/V gathered and laid out as one packed block over all Nk keys.
 Tensor gather_kv(const ShardedKvCtx& c, const char* label) {
-  Communicator& comm = patch::axis_comm(c.mesh, 0);
+  Communicator& comm = patch::axis_comm(c.mesh, c.axis);
   Tensor gathered = Tensor::empty({kv_numel(c.g, key_count(c.ek))}, c.kv.dtype(), c.kv.device());
   {
     auto scope = comm.ledger().scope(label);
@@ -282,7 +289,7 @@ std::vector<Tensor> all_gather_forward(ShardedKvCtx& c) {
 }
 
 std::vector<Tensor> all_gather_backward(ShardedKvCtx& c, const std::vector<Tensor>& grads) {
-  Communicator& comm = patch::axis_comm(c.mesh, 0);
+  Communicator& comm = patch::axis_comm(c.mesh, c.axis);
   const Tensor grad_out = grads[0].contiguous(), grad_lse = grads[1].contiguous();
   const Tensor full_kv = gather_kv(c, kBackward);
   const ops_detail::AttentionBlockGrads bg = ops_detail::attention_block_backward(
@@ -300,7 +307,7 @@ std::vector<Tensor> all_gather_backward(ShardedKvCtx& c, const std::vector<Tenso
 // ---- replicated q, sharded K/V: fold the ranks' block results by their LSEs ------------------------------------
 
 std::vector<Tensor> fold_forward(ShardedKvCtx& c) {
-  Communicator& comm = patch::axis_comm(c.mesh, 0);
+  Communicator& comm = patch::axis_comm(c.mesh, c.axis);
   const Dims& g = c.g;
   const int64_t rows = g.bh * g.nq;
   const ops_detail::AttentionBlock blk = ops_detail::attention_block(kOp, c.q, c.kv, c.ek[comm.rank()], g.dv, c.scale);
@@ -325,7 +332,7 @@ std::vector<Tensor> fold_forward(ShardedKvCtx& c) {
 }
 
 std::vector<Tensor> fold_backward(ShardedKvCtx& c, const std::vector<Tensor>& grads) {
-  Communicator& comm = patch::axis_comm(c.mesh, 0);
+  Communicator& comm = patch::axis_comm(c.mesh, c.axis);
   const Tensor grad_out = grads[0].contiguous(), grad_lse = grads[1].contiguous();
   const ops_detail::AttentionBlockGrads bg = ops_detail::attention_block_backward(
       kOp, c.q, c.kv, c.ek[comm.rank()], c.scale, c.out, c.lse, grad_out, grad_lse);
@@ -340,24 +347,37 @@ std::vector<Tensor> fold_backward(ShardedKvCtx& c, const std::vector<Tensor>& gr
 
 // ---- patches -------------------------------------------------------------------------------------------------
 
-bool all_replicate(const ShardTensor& t) {
-  for (const Placement& p : t.placements())
-    if (!p.is_replicate()) return false;
-  return true;
-}
+// How q and k/v sit on the mesh: at most one axis (the sequence axis) shards the sequence dim of q or of k/v, and
+// there the other one is Shard of its sequence dim too or Replicate; on every other axis q and k/v are placed the
+// same way, Replicate or Shard of one leading dim (batch, heads) with equal extents, so each rank's leading slice
+// of q meets the same slice of k/v and that axis needs no collective. `ok` is false for anything else (Partial,
+// the feature dim sharded, two axes on the sequence, q and k/v split apart on a leading dim, different meshes).
+struct Layout {
+  bool ok = false;
+  int seq_axis = -1;  // -1: no axis shards a sequence, every rank computes its own leading slice
+  bool q_seq = false, kv_seq = false;  // whether q / k,v are sharded along the sequence axis
+};
 
-// Sharded along the sequence dim on a 1-D mesh.
-bool seq_sharded(const ShardTensor& t) {
-  return t.mesh().ndim() == 1 && t.spec().placement(0).is_shard(t.dim() - 2);
-}
-
-bool on_line(const ShardTensor& t) { return t.mesh().ndim() == 1; }
-
-// Common to every patch: one mesh, no Partial, k and v placed identically.
-bool well_placed(const ShardTensor& q, const ShardTensor& k, const ShardTensor& v) {
-  if (&q.mesh().flat() != &k.mesh().flat() || &q.mesh().flat() != &v.mesh().flat()) return false;
-  if (q.spec().any_partial() || k.spec().any_partial() || v.spec().any_partial()) return false;
-  return k.placements() == v.placements() && k.spec().all_extents() == v.spec().all_extents();
+Layout layout_of(const ShardTensor& q, const ShardTensor& k, const ShardTensor& v) {
+  Layout l;
+  if (&q.mesh().flat() != &k.mesh().flat() || &q.mesh().flat() != &v.mesh().flat()) return l;
+  if (q.spec().any_partial() || k.spec().any_partial() || v.spec().any_partial()) return l;
+  if (k.placements() != v.placements() || k.spec().all_extents() != v.spec().all_extents()) return l;
+  const int seq = q.dim() - 2;
+  for (int m = 0; m < q.mesh().ndim(); ++m) {
+    const Placement &pq = q.spec().placement(m), &pk = k.spec().placement(m);
+    const bool sq = pq.is_shard(seq), sk = pk.is_shard(seq);
+    if (sq || sk) {
+      if (l.seq_axis >= 0) return l;
+      if ((!sq && !pq.is_replicate()) || (!sk && !pk.is_replicate())) return l;
+      l.seq_axis = m, l.q_seq = sq, l.kv_seq = sk;
+      continue;
+    }
+    if (pq != pk) return l;
+    if (pq.is_shard() && (pq.dim > seq || q.spec().extents(m) != k.spec().extents(m))) return l;
+  }
+  l.ok = true;
+  return l;
 }
 
 AttentionShardOutput wrap(const ShardTensor& q, const Tensor& out, const Tensor& lse) {
@@ -376,8 +396,10 @@ AttentionShardOutput run_local(const ShardTensor& q, const ShardTensor& k, const
 
 AttentionShardOutput run_q_sharded(const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, double scale,
                                    KvStrategy) {
-  // K/V meet this rank's queries only: their grads are partial over the axis, summed once.
-  const std::vector<Tensor> kv = patch::reduce_grads_over(kOp, q.mesh(), {0}, {k.local(), v.local()});
+  // K/V meet this rank's queries only: their grads are partial over the sequence axis, summed once. K and V are
+  // activations, so they are summed whatever the axis' role.
+  const int axis = layout_of(q, k, v).seq_axis;
+  const std::vector<Tensor> kv = patch::reduce_grads_over(kOp, q.mesh(), {axis}, {k.local(), v.local()});
   const AttentionOutput o = scaled_dot_product_attention(q.local(), kv[0], kv[1], scale);
   return wrap(q, o.out, o.lse);
 }
@@ -387,7 +409,7 @@ using SkBackward = std::vector<Tensor> (*)(ShardedKvCtx&, const std::vector<Tens
 
 AttentionShardOutput run_sharded_kv(const char* node, SkForward fwd, SkBackward bwd, const ShardTensor& q,
                                     const ShardTensor& k, const ShardTensor& v, double scale) {
-  ShardedKvCtx ctx = make_ctx(q, k, v, scale);
+  ShardedKvCtx ctx = make_ctx(q, k, v, scale, layout_of(q, k, v).seq_axis);
   const std::vector<Tensor> outs = fwd(ctx);
   // Recorded only when an input needs grad (inference keeps nothing alive). Whether one does is the same on
   // every rank, so every rank records the node and runs the backward's collectives together.
@@ -397,35 +419,43 @@ AttentionShardOutput run_sharded_kv(const char* node, SkForward fwd, SkBackward 
   return wrap(q, rec[0], rec[1]);
 }
 
+// The patch for each (q, k/v) pair on the sequence axis.
+bool placed(const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, bool has_seq, bool q_seq,
+            bool kv_seq) {
+  const Layout l = layout_of(q, k, v);
+  if (!l.ok || (l.seq_axis >= 0) != has_seq) return false;
+  return !has_seq || (l.q_seq == q_seq && l.kv_seq == kv_seq);
+}
+
 const std::vector<AttentionPatch>& attention_table() {
   static const std::vector<AttentionPatch> table = {
-      {"sdpa/replicated",
+      {"sdpa/no-sequence-axis",
        [](const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, double, KvStrategy) {
-         return well_placed(q, k, v) && all_replicate(q) && all_replicate(k);
+         return placed(q, k, v, false, false, false);
        },
        run_local},
       {"sdpa/q-sharded-kv-replicated",
        [](const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, double, KvStrategy) {
-         return well_placed(q, k, v) && seq_sharded(q) && on_line(k) && all_replicate(k);
+         return placed(q, k, v, true, true, false);
        },
        run_q_sharded},
       {"sdpa/q-replicated-kv-sharded",
        [](const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, double, KvStrategy) {
-         return well_placed(q, k, v) && on_line(q) && all_replicate(q) && seq_sharded(k);
+         return placed(q, k, v, true, false, true);
        },
        [](const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, double scale, KvStrategy) {
          return run_sharded_kv("scaled_dot_product_attention.kv_sharded", fold_forward, fold_backward, q, k, v, scale);
        }},
       {"sdpa/ring",
        [](const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, double, KvStrategy s) {
-         return s == KvStrategy::ring && well_placed(q, k, v) && seq_sharded(q) && seq_sharded(k);
+         return s == KvStrategy::ring && placed(q, k, v, true, true, true);
        },
        [](const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, double scale, KvStrategy) {
          return run_sharded_kv("scaled_dot_product_attention.ring", ring_forward, ring_backward, q, k, v, scale);
        }},
       {"sdpa/all-gather-kv",
        [](const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, double, KvStrategy s) {
-         return s == KvStrategy::all_gather && well_placed(q, k, v) && seq_sharded(q) && seq_sharded(k);
+         return s == KvStrategy::all_gather && placed(q, k, v, true, true, true);
        },
        [](const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, double scale, KvStrategy) {
          return run_sharded_kv("scaled_dot_product_attention.all_gather_kv", all_gather_forward, all_gather_backward,

@@ -95,15 +95,17 @@ ShardTensor mse_loss(const ShardTensor& pred, const ShardTensor& target);
 ShardTensor relative_l2_loss(const ShardTensor& pred, const ShardTensor& target);
 
 // ---- attention (patches/attention.cpp) ----------------------------------------------------------------------
-// Sharded scaled dot-product attention over the sequence dim of q (…, Nq, D), k (…, Nk, D), v (…, Nk, Dv) on a
-// 1-D mesh. Nq and Nk are independent (cross-attention works); the output follows q.
+// Sharded scaled dot-product attention over the sequence dim of q (…, Nq, D), k (…, Nk, D), v (…, Nk, Dv). One mesh
+// axis A may shard the sequence (the table below is per A); every other axis places q and k/v alike, Replicate or
+// Shard of one leading dim (batch, heads) with equal extents, at no cost (batch or heads over ddp, sequence over
+// domain on a 2-D mesh). Nq and Nk are independent (cross-attention works); the output follows q.
 //   q, k/v placement   forward                                 backward
 //   R, R               none                                    none
 //   S, R               none                                    1 all_reduce of dK|dV
 //   R, S               2 all_reduce (LSE max, merged out|sum)  1 all_reduce of dq
 //   S, S ring          P-1 ring_shift of K/V, overlapped       P-1 ring_shift of K/V, P of dK|dV (home)
 //   S, S all_gather    1 all_gather_v of K/V                   1 all_gather_v of K/V, 1 reduce_scatter_v dK|dV
-// Partial, sharding any dim but the sequence dim, a mesh of more than one axis with a Shard placement, or k/v
+// Partial, the feature dim sharded, two axes on sequence dims, q and k/v split apart on a leading dim, or k and v
 // placed differently: MissingShardPatch naming the placements.
 
 // How a (q Shard, kv Shard) call sees the remote K/V blocks.

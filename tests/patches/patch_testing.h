@@ -44,7 +44,8 @@ inline Mesh world_1d(std::shared_ptr<CommLedger> ledger = nullptr) {
   return Mesh::one_d(MPI_COMM_WORLD, "domain", with_ledger(std::move(ledger)));
 }
 
-// ddp x domain grids for this world size: 2x2 on 4 ranks, 1x2 and 2x1 on 2, 1x3 and 3x1 on 3, 1x1 on 1.
+// ddp x domain grids for this world size: 2x2 on 4 ranks, 2x3 and 3x2 on 6, 1x2 and 2x1 on 2, 1x3 and 3x1 on 3,
+// 1x1 on 1.
 inline std::vector<std::pair<int, int>> grids() {
   switch (world_size()) {
     case 1:
@@ -55,6 +56,8 @@ inline std::vector<std::pair<int, int>> grids() {
       return {{1, 3}, {3, 1}};
     case 4:
       return {{2, 2}};
+    case 6:
+      return {{2, 3}, {3, 2}};
     default:
       return {{world_size(), 1}};
   }

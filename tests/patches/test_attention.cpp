@@ -189,9 +189,12 @@ TEST_CASE("patch attention: unsupported placements are MissingShardPatch", "[pat
   CHECK_THROWS_AS(scaled_dot_product_attention(q, distribute(rnd({kB, kH, kNk, kD + 1}, 1), line, on_line(kSeq)), v, 1.0),
                   ShapeError);
   if (has_grid()) {
-    const ShardTensor g = distribute(in[0], grid_mesh(), {kSeq, R});
-    const ShardTensor gk = distribute(in[1], grid_mesh(), {kSeq, R}), gv = distribute(in[2], grid_mesh(), {kSeq, R});
-    CHECK_THROWS_AS(scaled_dot_product_attention(g, gk, gv, 1.0), MissingShardPatch);
+    // The sequence over two axes (q's over one, k/v's over the other), and q and k/v split apart on the batch.
+    const Mesh& g = grid_mesh();
+    const ShardTensor gk = distribute(in[1], g, {R, kSeq}), gv = distribute(in[2], g, {R, kSeq});
+    CHECK_THROWS_AS(scaled_dot_product_attention(distribute(in[0], g, {kSeq, R}), gk, gv, 1.0), MissingShardPatch);
+    CHECK_THROWS_AS(scaled_dot_product_attention(distribute(in[0], g, {S(0), kSeq}), gk, gv, 1.0),
+                    MissingShardPatch);
   }
 }
 

@@ -57,7 +57,7 @@ TEST_CASE("mesh axes have roles: ddp is batch, every other axis domain, unless g
 }
 
 TEST_CASE("linear on ddp x domain: W's grad summed over domain by the patch, over ddp once by reduce_batch_grads",
-          "[patch][roles]") {
+          "[patch][roles][np6]") {
   for (auto g : batch_grids()) {
     const Mesh mesh = grid(g, std::make_shared<CommLedger>());
     for (const Placements& p : layouts(g)) {
@@ -72,7 +72,7 @@ TEST_CASE("linear on ddp x domain: W's grad summed over domain by the patch, ove
   }
 }
 
-TEST_CASE("layer_norm and conv on ddp x domain: parameter grads are reduced exactly once", "[patch][roles]") {
+TEST_CASE("layer_norm and conv on ddp x domain: parameter grads are reduced exactly once", "[patch][roles][np6]") {
   for (auto g : batch_grids()) {
     const Mesh mesh = grid(g, std::make_shared<CommLedger>());
     for (const Placements& p : layouts(g)) {
