@@ -23,13 +23,13 @@ namespace shardrt {
 // from_local wraps any caller decomposition (stated extents, zero-size shards included; checked mode verifies
 // that every rank stated the same ones; Partial only with FromLocalOptions{.allow_partial = true}).
 // redistribute(t, placements[, extents]) / redistribute(t, spec) / align_to(t, other), one hop per changed axis:
-//   hop                         forward                       backward
-//   S(d) -> R                   all_gather_v                  local slice
-//   R -> S(d)                   local slice                   all_gather_v
-//   S(i) -> S(j)                all_to_all_v                  all_to_all_v back
-//   S(d) -> S(d), other extents all_to_all_v (rows changing   all_to_all_v back
-//                               owner)
-//   P -> R / P -> S(d)          all_reduce / reduce_scatter_v  identity / all_gather_v
+//   hop                          forward                           backward
+//   S(d) -> R                    all_gather_v                      local slice
+//   R -> S(d)                    local slice                       all_gather_v
+//   S(i) -> S(j)                 all_to_all_v                      all_to_all_v back
+//   S(d) -> S(d), other extents  all_to_all_v of the rows moving   all_to_all_v back
+//   P -> R                       all_reduce                        identity
+//   P -> S(d)                    reduce_scatter_v                  all_gather_v
 // Operands of one op sharded along the same dim by the same axis with different extents (binary elementwise, cat,
 // losses): the second is redistributed to the first one's extents (one all_to_all_v per such axis each way) and
 // the output follows the first; under set_extent_mismatch(ExtentMismatch::raise) or SHARDRT_STRICT_EXTENTS=1

@@ -138,7 +138,8 @@ TEST_CASE("align: mse_loss and relative_l2_loss with a target of other extents",
       ShardedCase c = sharded_case(loss + " " + o.name, {rnd({kLen, 3}, 307), rnd({kLen, 3}, 308)}, {s0, s0},
                                    {{o.a}, {o.b}});
       std::vector<ExpectedComm> comms = alignment_comms(o.a, o.b, 3);
-      comms.push_back({loss + ".forward", "all_reduce", "domain", 1, all_reduce_bytes(loss == "mse_loss" ? 1 : 2, 8, p)});
+      const int64_t sums = loss == "mse_loss" ? 1 : 2;  // the partial sums all-reduced in forward
+      comms.push_back({loss + ".forward", "all_reduce", "domain", 1, all_reduce_bytes(sums, 8, p)});
       auto fn = [op = f.op](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
         return std::vector<ShardTensor>{op(in[0], in[1])};
       };

@@ -178,7 +178,8 @@ TEST_CASE("redistribute to caller extents: new placements, both grid axes, a spe
     const AxisExtents from{split_extents(shape[1], g.first), split_extents(shape[2], g.second)};
     const AxisExtents to{caller(shape[1], g.first), reversed_split(shape[2], g.second)};
     check_to_extents(m2, shape, {S(1), S(2)}, from, {S(1), S(2)}, to);
-    check_to_extents(m2, shape, {S(1), S(2)}, from, {S(2), S(1)}, {caller(shape[2], g.first), caller(shape[1], g.second)});
+    check_to_extents(m2, shape, {S(1), S(2)}, from, {S(2), S(1)},
+                     {caller(shape[2], g.first), caller(shape[1], g.second)});
   }
   // redistribute(t, spec): the target spec's placements and extents; identical spec: t itself.
   const ShardSpec a(mesh, {S(0)}, {len, 3}, {split_extents(len, n)}), b(mesh, {S(0)}, {len, 3}, {caller(len, n)});
