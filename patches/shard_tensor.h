@@ -9,9 +9,9 @@
 // grad is never Partial. A patch that produces a partial contribution to the grad of a Replicate input (a
 // weight meeting sharded activations, K/V meeting sharded queries) sums it over the axis itself, exactly once,
 // in >= fp32. Consequence for redistribute's adjoints: Shard->Replicate (all-gather) has the slice as adjoint,
-// Replicate->Shard (slice) has the all-gather, Partial->Replicate (all-reduce) has the identity, and
-// Partial->Shard (reduce-scatter) has the all-gather, and Shard(d)->Shard(d) to other extents (all_to_all_v) has the
-// reverse all_to_all_v.
+// Replicate->Shard (slice) has the all-gather, Partial->Replicate (all-reduce) has the identity,
+// Partial->Shard (reduce-scatter) has the all-gather, and Shard(d)->Shard(d) to other extents (all_to_all_v) has
+// the reverse all_to_all_v.
 #pragma once
 #include <optional>
 #include <string>
