@@ -5,15 +5,17 @@
 //   binary a op b, NumPy broadcasting of the GLOBAL shapes; a plain Tensor operand is Replicate on every axis.
 //   Per mesh axis:
 //     both Replicate                                            -> Replicate
-//     both Shard of the same output dim, with equal extents      -> Shard(that dim)
+//     both Shard of the same output dim                          -> Shard(that dim); with different extents
+//       (the same global size), b is first redistributed to a's (patches/align.h: one all_to_all_v on the axis
+//       forward and backward, or MissingShardPatch under the strict policy)
 //     one Shard(d) (output dim D), the other Replicate and broadcasting over D (size 1 there, or no such dim)
 //                                                               -> Shard(D)
-//   Anything else (Partial; Shard of different dims or with different extents; a replicated operand with the full
-//   extent along the sharded dim, which would need slicing) -> MissingShardPatch.
+//   Anything else (Partial; Shard of different dims; a replicated operand with the full extent along the sharded
+//   dim, which would need slicing) -> MissingShardPatch.
 // Output: the placements above; global shape = the broadcast of the global shapes; per-rank extents = those of
 //   the sharded operand on each axis. The per-axis rule makes the LOCAL shapes broadcast to exactly the local
 //   output, so the local op runs unchanged.
-// Forward collectives: none.
+// Forward collectives: none (but b's alignment above).
 // Backward collectives: an operand that is Replicate on axes where the other is Shard, and requires grad, has a
 //   grad that is partial over those axes (its elements met only this rank's shard): one all_reduce (sum, in
 //   >= f32) of that operand's grad per such axis, under "<op>.backward", bytes = numel * max(4, itemsize) * (P-1).
@@ -23,6 +25,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "patches/align.h"
 #include "patches/dispatch.h"
 #include "patches/ops.h"
 #include "patches/patch_util.h"
@@ -62,8 +65,7 @@ bool binary_accepts(const ShardTensor& a, const ShardTensor& b) {
     const Placement& pa = a.spec().placement(m);
     const Placement& pb = b.spec().placement(m);
     if (pa.is_shard() && pb.is_shard()) {
-      if (out_dim(pa.dim, a.dim(), nd) != out_dim(pb.dim, b.dim(), nd) || a.spec().extents(m) != b.spec().extents(m))
-        return false;
+      if (out_dim(pa.dim, a.dim(), nd) != out_dim(pb.dim, b.dim(), nd) || !extents_alignable(a, b, m)) return false;
     } else if (pa.is_shard()) {
       if (!broadcasts_over(b, out_dim(pa.dim, a.dim(), nd), nd)) return false;
     } else if (pb.is_shard()) {
@@ -73,7 +75,8 @@ bool binary_accepts(const ShardTensor& a, const ShardTensor& b) {
   return true;
 }
 
-ShardTensor binary_run(const char* op, LocalBinary f, const ShardTensor& a, const ShardTensor& b) {
+ShardTensor binary_run(const char* op, LocalBinary f, const ShardTensor& a, const ShardTensor& b_given) {
+  const ShardTensor b = align_extents(op, a, b_given);  // a caller decomposition of b: b moves to a's extents
   const Mesh& mesh = a.mesh();
   const int nd = std::max(a.dim(), b.dim());
   const Shape out_shape = broadcast_shapes(a.global_shape(), b.global_shape(), op);

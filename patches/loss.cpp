@@ -1,7 +1,10 @@
 // Sharded losses over sharded data: mse_loss = mean((p - t)^2), relative_l2_loss = ||p - t|| / ||t||.
 //
-// Accepted placements: pred and target on the same mesh with the same spec (placements, global shape, per-rank
-//   extents), any Shard/Replicate placements; Partial or differing specs -> MissingShardPatch.
+// Accepted placements: pred and target on the same mesh with the same placements and global shape, any
+//   Shard/Replicate placements. A target whose extents differ from pred's (a caller decomposition) is first
+//   redistributed to pred's (patches/align.h: one all_to_all_v per such axis, scope "redistribute", and its
+//   reverse in backward, "redistribute.backward"), or, under the strict policy, is a MissingShardPatch naming
+//   both placements and extents. Partial or other differing specs -> MissingShardPatch.
 // Output: a 0-d scalar, Replicate on every axis (the same value on every rank).
 // Forward collectives: the loss is a function of global sums; each rank sums its shard, then one all_reduce (sum)
 //   per axis where the inputs are Shard, in axis order, under "<op>.forward":
@@ -13,6 +16,7 @@
 // Saved for backward per rank: p - t, O(N/P); relative_l2_loss also t, O(N/P), when t requires grad, and scalars.
 #include "autograd/function.h"
 #include "autograd/ops/relative_l2.h"
+#include "patches/align.h"
 #include "patches/dispatch.h"
 #include "patches/ops.h"
 #include "patches/patch_util.h"
@@ -24,8 +28,14 @@ namespace {
 
 using LossPatch = Patch<ShardTensor(ShardTensor, ShardTensor)>;
 
-bool same_spec(const ShardTensor& pred, const ShardTensor& target) {
-  return !pred.spec().any_partial() && same_mesh(pred.mesh(), target.mesh()) && pred.spec() == target.spec();
+// The same spec, but for extents that align_extents can give the target.
+bool same_layout(const ShardTensor& pred, const ShardTensor& target) {
+  if (pred.spec().any_partial() || !same_mesh(pred.mesh(), target.mesh()) ||
+      pred.placements() != target.placements() || pred.global_shape() != target.global_shape())
+    return false;
+  for (int m = 0; m < pred.mesh().ndim(); ++m)
+    if (!extents_alignable(pred, target, m)) return false;
+  return true;
 }
 
 ShardSpec replicated_scalar(const Mesh& mesh) {
@@ -58,7 +68,8 @@ std::vector<Tensor> sharded_mse_backward(ShardedMseCtx& ctx, const std::vector<T
   return {ctx.pred_needs_grad ? gp : Tensor(), ctx.target_needs_grad ? neg(gp) : Tensor()};
 }
 
-ShardTensor mse_run(const ShardTensor& pred, const ShardTensor& target) {
+ShardTensor mse_run(const ShardTensor& pred, const ShardTensor& target_given) {
+  const ShardTensor target = align_extents("mse_loss", pred, target_given);
   ShardedMseCtx ctx;
   const Tensor loss = sharded_mse_forward(ctx, pred, target);
   return ShardTensor(record("mse_loss", {pred.local(), target.local()}, loss, std::move(ctx), sharded_mse_backward),
@@ -86,7 +97,8 @@ Tensor sharded_relative_l2_forward(ops_detail::RelativeL2Ctx& ctx, const ShardTe
 }
 
 
-ShardTensor relative_l2_run(const ShardTensor& pred, const ShardTensor& target) {
+ShardTensor relative_l2_run(const ShardTensor& pred, const ShardTensor& target_given) {
+  const ShardTensor target = align_extents("relative_l2_loss", pred, target_given);
   ops_detail::RelativeL2Ctx ctx;
   const Tensor loss = sharded_relative_l2_forward(ctx, pred, target);
   return ShardTensor(
@@ -97,12 +109,12 @@ ShardTensor relative_l2_run(const ShardTensor& pred, const ShardTensor& target) 
 }  // namespace
 
 ShardTensor mse_loss(const ShardTensor& pred, const ShardTensor& target) {
-  static const std::vector<LossPatch> table = {{"mse_loss/same-spec", same_spec, mse_run}};
+  static const std::vector<LossPatch> table = {{"mse_loss/same-layout", same_layout, mse_run}};
   return dispatch_patch("mse_loss", table, {&pred, &target}, pred, target);
 }
 
 ShardTensor relative_l2_loss(const ShardTensor& pred, const ShardTensor& target) {
-  static const std::vector<LossPatch> table = {{"relative_l2_loss/same-spec", same_spec, relative_l2_run}};
+  static const std::vector<LossPatch> table = {{"relative_l2_loss/same-layout", same_layout, relative_l2_run}};
   return dispatch_patch("relative_l2_loss", table, {&pred, &target}, pred, target);
 }
 

@@ -16,13 +16,31 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "patches/align.h"
 #include "patches/shard_tensor.h"
 
 namespace shardrt {
 
+// ---- layouts (patches/shard_tensor.h, patches/redistribute.cpp, patches/align.h) ------------------------------
+// from_local wraps any caller decomposition (stated extents, zero-size shards included; checked mode verifies
+// that every rank stated the same ones; Partial only with FromLocalOptions{.allow_partial = true}).
+// redistribute(t, placements[, extents]) / redistribute(t, spec) / align_to(t, other), one hop per changed axis:
+//   hop                          forward                           backward
+//   S(d) -> R                    all_gather_v                      local slice
+//   R -> S(d)                    local slice                       all_gather_v
+//   S(i) -> S(j)                 all_to_all_v                      all_to_all_v back
+//   S(d) -> S(d), other extents  all_to_all_v of the rows moving   all_to_all_v back
+//   P -> R                       all_reduce                        identity
+//   P -> S(d)                    reduce_scatter_v                  all_gather_v
+// Operands of one op sharded along the same dim by the same axis with different extents (binary elementwise, cat,
+// losses): the second is redistributed to the first one's extents (one all_to_all_v per such axis each way) and
+// the output follows the first; under set_extent_mismatch(ExtentMismatch::raise) or SHARDRT_STRICT_EXTENTS=1
+// (the same on every rank) a MissingShardPatch naming the op, both placements and both extents instead.
+
 // ---- elementwise (patches/elementwise.cpp) ------------------------------------------------------------------
-// Same placements on both sides, or one side Replicate on an axis where the other is sharded along a dim that the
-// replicated operand broadcasts over (size 1 or missing). A plain Tensor operand is a replicated operand.
+// Same placements on both sides (b with other extents than a is aligned to a's, see "layouts" above), or one side
+// Replicate on an axis where the other is sharded along a dim that the replicated operand broadcasts over (size 1
+// or missing). A plain Tensor operand is a replicated operand.
 // Forward: none. Backward: a replicated operand's grad is all-reduced over the axes where the other is sharded.
 ShardTensor add(const ShardTensor& a, const ShardTensor& b);
 ShardTensor sub(const ShardTensor& a, const ShardTensor& b);
@@ -87,10 +105,12 @@ ShardTensor transpose(const ShardTensor& x, int d0, int d1);
 ShardTensor unsqueeze(const ShardTensor& x, int dim);
 ShardTensor squeeze(const ShardTensor& x, int dim);
 ShardTensor select(const ShardTensor& x, int dim, int64_t index);  // an unsharded dim
-ShardTensor cat(const std::vector<ShardTensor>& xs, int dim);       // along an unsharded dim, same specs otherwise
+// cat: along an unsharded dim, the same placements; an input with other extents is aligned to the first input's.
+ShardTensor cat(const std::vector<ShardTensor>& xs, int dim);
 
 // ---- losses over sharded data (patches/loss.cpp) -------------------------------------------------------------
-// Scalar, Replicate on every axis: one all-reduce of the partial sums in forward, none in backward.
+// Scalar, Replicate on every axis: one all-reduce of the partial sums in forward, none in backward. pred and target
+// share placements and global shape; a target with other extents is aligned to pred's (see "layouts" above).
 ShardTensor mse_loss(const ShardTensor& pred, const ShardTensor& target);
 ShardTensor relative_l2_loss(const ShardTensor& pred, const ShardTensor& target);
 

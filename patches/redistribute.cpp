@@ -6,6 +6,7 @@
 //   Shard(d) -> Replicate   all_gather_v along d          slice this rank's window (no collective)
 //   Replicate -> Shard(d)   slice this rank's window      all_gather_v along d
 //   Shard(i) -> Shard(j)    all_to_all_v (i gathered)     all_to_all_v back (j gathered)
+//   Shard(d) -> Shard(d)    all_to_all_v (new extents)    all_to_all_v back (the old extents)
 //   Partial -> Replicate    all_reduce (sum)              identity
 //   Partial -> Shard(d)     reduce_scatter_v along d      all_gather_v along d
 //
@@ -13,6 +14,12 @@
 // the dim is permuted to the front, made contiguous, exchanged, and permuted back. Extents come from the spec,
 // so zero-size shards are segments of 0 elements. Forward hops run in the ledger scope "redistribute", their
 // adjoints in "redistribute.backward".
+//
+// Targets. redistribute(t, placements) gives every new Shard axis split_extents and keeps the extents of an axis
+// whose placement does not change; redistribute(t, placements, extents) and redistribute(t, spec) reach the
+// caller's extents as well: an axis sharding the same dim with other extents hops Shard(d) -> Shard(d), one
+// all_to_all_v of the rows whose owner changes (bytes: this rank's rows that other ranks own under the target
+// extents, times the elements per row and the itemsize; rows that stay on this rank do not count).
 #include <algorithm>
 #include <numeric>
 
@@ -117,6 +124,29 @@ Tensor exchange(const Communicator& c, const Tensor& x, int i, const Extents& ex
   return from_front(out, front_shape(out_shape, i, total_i), i);
 }
 
+// Elements of [a0, a1) that are also in [b0, b1).
+int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+  return std::max<int64_t>(0, std::min(a1, b1) - std::max(a0, b0));
+}
+
+// x holds this rank's window of d under the extents `from`; returns its window under `to`. Both partition d in
+// rank order, so what this rank sends to ranks 0, 1, ... are consecutive slices of its window and what it receives
+// from them concatenates into its new window: the d-first buffer is the send buffer as it is.
+Tensor reshard_along(const Communicator& c, const Tensor& x, int d, const Extents& from, const Extents& to) {
+  const int me = c.rank(), P = c.size();
+  const int64_t k = numel_except(x.shape(), d, d);
+  const int64_t from0 = start_of(from, me), to0 = start_of(to, me);
+  std::vector<int64_t> send(P), recv(P);
+  for (int j = 0; j < P; ++j) {
+    const int64_t fj = start_of(from, j), tj = start_of(to, j);
+    send[j] = overlap(from0, from0 + from[me], tj, tj + to[j]) * k;
+    recv[j] = overlap(fj, fj + from[j], to0, to0 + to[me]) * k;
+  }
+  Tensor out = Tensor::empty({to[me] * k}, x.dtype(), x.device());
+  c.all_to_all_v(to_front(x, d), send, out, recv);
+  return from_front(out, front_shape(x.shape(), d, to[me]), d);
+}
+
 // x holds all of d as a partial sum; returns this rank's window of the complete sum (16-bit summed in f32).
 Tensor reduce_scatter_along(const Communicator& c, const Tensor& x, int d, const Extents& ext, int coord) {
   const int64_t k = numel_except(x.shape(), d, d);
@@ -169,6 +199,15 @@ std::vector<Tensor> all_to_all_backward(HopCtx& ctx, const std::vector<Tensor>& 
   return {exchange(ctx.comm(), g[0], ctx.to_dim, ctx.to_ext, ctx.from_dim, ctx.from_ext)};
 }
 
+// Shard(d) -> Shard(d) with other extents. A permutation too (the rows change owners): the adjoint moves them back.
+Tensor reshard_forward(const HopCtx& ctx, const Tensor& x) {
+  return reshard_along(ctx.comm(), x, ctx.from_dim, ctx.from_ext, ctx.to_ext);
+}
+std::vector<Tensor> reshard_backward(HopCtx& ctx, const std::vector<Tensor>& g) {
+  AdjointScope scope(ctx);
+  return {reshard_along(ctx.comm(), g[0], ctx.to_dim, ctx.to_ext, ctx.from_ext)};
+}
+
 // Partial -> Replicate. out = sum over the axis of the parts, so d out / d part = 1: each part's grad is the
 // (complete) grad of the output. 16-bit parts are summed in f32 and rounded once.
 Tensor reduce_forward(const HopCtx& ctx, const Tensor& x) {
@@ -187,7 +226,7 @@ std::vector<Tensor> reduce_scatter_backward(HopCtx& ctx, const std::vector<Tenso
   return {gather_along(ctx.comm(), g[0], ctx.to_dim, ctx.to_ext)};
 }
 
-// The five transitions, each a forward with its adjoint.
+// The six transitions, each a forward with its adjoint.
 struct Transition {
   const char* name;
   Tensor (*forward)(const HopCtx&, const Tensor&);
@@ -198,10 +237,11 @@ const Transition& transition(const Placement& from, const Placement& to) {
   static const Transition gather{"redistribute:all_gather", gather_forward, gather_backward};
   static const Transition slice{"redistribute:slice", slice_forward, slice_backward};
   static const Transition all_to_all{"redistribute:all_to_all", all_to_all_forward, all_to_all_backward};
+  static const Transition reshard{"redistribute:reshard", reshard_forward, reshard_backward};
   static const Transition reduce{"redistribute:all_reduce", reduce_forward, reduce_backward};
   static const Transition reduce_scatter{"redistribute:reduce_scatter", reduce_scatter_forward,
                                          reduce_scatter_backward};
-  if (from.is_shard()) return to.is_shard() ? all_to_all : gather;
+  if (from.is_shard()) return !to.is_shard() ? gather : from.dim == to.dim ? reshard : all_to_all;
   if (from.is_replicate()) return slice;
   return to.is_shard() ? reduce_scatter : reduce;
 }
@@ -250,49 +290,81 @@ struct Hop {
   Placement to;
 };
 
-// Every changed axis hops once, in cost order among the hops allowed now. When every remaining hop waits (the
-// axes trade dims, e.g. (S(1), S(2)) -> (S(2), S(1))), the first of them that holds a Shard goes through
-// Replicate: (S(1), S(2)) -> (R, S(2)) -> (R, S(1)) -> (S(2), S(1)).
-std::vector<Hop> plan(Placements cur, const Placements& target) {
+// Every changed axis (another placement, or the same Shard with other extents) hops once, in cost order among
+// the hops allowed now. When every remaining hop waits (the axes trade dims, e.g. (S(1), S(2)) -> (S(2), S(1))),
+// the first of them that holds a Shard goes through Replicate: (S(1), S(2)) -> (R, S(2)) -> (R, S(1)) ->
+// (S(2), S(1)). A hop to a Shard takes the target's extents.
+std::vector<Hop> plan(const ShardSpec& from, const ShardSpec& target) {
+  Placements cur = from.placements();
+  const Placements& to = target.placements();
+  std::vector<bool> pending(cur.size());
+  for (std::size_t m = 0; m < cur.size(); ++m)
+    pending[m] = cur[m] != to[m] || from.extents(static_cast<int>(m)) != target.extents(static_cast<int>(m));
   std::vector<Hop> hops;
-  while (cur != target) {
+  for (;;) {
     int best = -1;
-    for (int m = 0; m < static_cast<int>(cur.size()); ++m)
-      if (cur[m] != target[m] && can_hop(cur, m, target[m]) &&
-          (best < 0 || cost_class(cur[m], target[m]) < cost_class(cur[best], target[best])))
+    bool any = false;
+    for (int m = 0; m < static_cast<int>(cur.size()); ++m) {
+      if (!pending[m]) continue;
+      any = true;
+      if (can_hop(cur, m, to[m]) && (best < 0 || cost_class(cur[m], to[m]) < cost_class(cur[best], to[best])))
         best = m;
+    }
+    if (!any) return hops;
     if (best >= 0) {
-      hops.push_back({best, target[best]});
-      cur[best] = target[best];
+      hops.push_back({best, to[best]});
+      cur[best] = to[best];
+      pending[best] = false;
       continue;
     }
     for (int m = 0; m < static_cast<int>(cur.size()); ++m)
-      if (cur[m] != target[m] && cur[m].is_shard()) {
+      if (pending[m] && cur[m].is_shard()) {
         hops.push_back({m, Placement::Replicate()});
         cur[m] = Placement::Replicate();
         break;
       }
   }
-  return hops;
 }
 
-}  // namespace
-
-ShardTensor redistribute(const ShardTensor& t, const Placements& placements) {
-  SHARDRT_CHECK(t.defined(), ValueError, "redistribute: undefined ShardTensor");
-  // Validates the target (count, dims, no dim sharded twice) and gives new shards their split_extents.
-  const ShardSpec target = ShardSpec::split_evenly(t.mesh(), placements, t.global_shape(), "redistribute");
+// Runs the hops from t's spec to `target` (same mesh and global shape, validated by the caller).
+ShardTensor redistribute_to(const ShardTensor& t, const ShardSpec& target) {
   const Placements& to = target.placements();
   for (int m = 0; m < t.mesh().ndim(); ++m)
     SHARDRT_CHECK(!to[m].is_partial() || t.placements()[m].is_partial(), MissingShardPatch,
                   "redistribute: ", placements_str(t.placements()), " -> ", placements_str(to),
                   " asks for Partial on axis '", t.mesh().axis_names()[m],
                   "'; Partial (a pending sum) is produced only by sharded ops");
-  if (to == t.placements()) return t;
+  if (target == t.spec()) return t;
   ShardTensor cur = t;
-  for (const Hop& h : plan(t.placements(), to))
+  for (const Hop& h : plan(t.spec(), target))
     cur = hop(cur, h.axis, h.to, h.to.is_shard() ? target.extents(h.axis) : std::vector<int64_t>{});
   return cur;
+}
+
+}  // namespace
+
+ShardTensor redistribute(const ShardTensor& t, const Placements& placements) {
+  SHARDRT_CHECK(t.defined(), ValueError, "redistribute: undefined ShardTensor");
+  // Validates the target (count, dims, no dim sharded twice) and gives new shards their split_extents; an axis
+  // that keeps its placement keeps its extents.
+  const ShardSpec split = ShardSpec::split_evenly(t.mesh(), placements, t.global_shape(), "redistribute");
+  AxisExtents extents = split.all_extents();
+  for (int m = 0; m < t.mesh().ndim(); ++m)
+    if (split.placement(m) == t.spec().placement(m)) extents[m] = t.spec().extents(m);
+  return redistribute_to(t, split.with(split.placements(), t.global_shape(), extents, "redistribute"));
+}
+
+ShardTensor redistribute(const ShardTensor& t, const Placements& placements, const AxisExtents& extents) {
+  SHARDRT_CHECK(t.defined(), ValueError, "redistribute: undefined ShardTensor");
+  return redistribute_to(t, ShardSpec(t.mesh(), placements, t.global_shape(), extents, "redistribute"));
+}
+
+ShardTensor redistribute(const ShardTensor& t, const ShardSpec& target) {
+  SHARDRT_CHECK(t.defined(), ValueError, "redistribute: undefined ShardTensor");
+  SHARDRT_CHECK(same_mesh(t.mesh(), target.mesh()) && t.global_shape() == target.global_shape(), ShapeError,
+                "redistribute: ", t.spec().str(), " cannot be redistributed to ", target.str(),
+                same_mesh(t.mesh(), target.mesh()) ? " (the global shapes differ)" : " (the meshes differ)");
+  return redistribute_to(t, target);
 }
 
 }  // namespace shardrt

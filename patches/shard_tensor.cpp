@@ -2,6 +2,8 @@
 // from_local (wrapping, extents given or inferred), full_tensor, and seeding backward from a global grad.
 #include "patches/shard_tensor.h"
 
+#include <algorithm>
+#include <memory>
 #include <numeric>
 
 #include "autograd/engine.h"
@@ -33,6 +35,13 @@ void check_local_shape(const char* op, const Tensor& local, const ShardSpec& spe
   SHARDRT_CHECK(local.shape() == spec.local_shape(), ShapeError, op, ": local tensor ", local.str(), " does not match ",
                 spec.str(), ", which gives this rank (mesh coordinates ", coords_str(spec.mesh().coords()),
                 ") the local shape ", shape_str(spec.local_shape()));
+}
+
+void reject_unasked_partial(const Placements& p) {
+  for (const Placement& q : p)
+    SHARDRT_CHECK(!q.is_partial(), ValueError, "from_local: Partial in ", placements_str(p),
+                  " wraps rank-distinct parts as one pending sum; pass FromLocalOptions{.allow_partial = true} "
+                  "when that is meant");
 }
 
 void reject_partial(const char* op, const Placements& p) {
@@ -67,6 +76,153 @@ Tensor window_at(const Tensor& full, const ShardSpec& spec, const std::vector<in
     w = w.narrow(spec.placement(m).dim, start, e[coords[m]]);
   }
   return w;
+}
+
+// ---- from_local with stated extents, checked mode: the ranks compare what they stated ---------------------
+
+// One rank's record: ndim (-1: too many), the local shape (kMaxMetaDims entries), how many extents vectors were
+// given, then per mesh axis: placement kind, dim, the number of extents stated for it (-1: none) and the first
+// size(axis) of them. Its size depends on the mesh alone, so the records line up whatever the ranks stated.
+int64_t stated_record_size(const Mesh& mesh) {
+  int64_t n = 2 + kMaxMetaDims;
+  for (int m = 0; m < mesh.ndim(); ++m) n += 3 + mesh.shape()[m];
+  return n;
+}
+
+std::vector<int64_t> stated_record(const Tensor& local, const Mesh& mesh, const Placements& p, const AxisExtents& e) {
+  std::vector<int64_t> r(static_cast<std::size_t>(stated_record_size(mesh)), 0);
+  r[0] = local.dim() <= kMaxMetaDims ? local.dim() : -1;
+  for (int d = 0; d < local.dim() && d < kMaxMetaDims; ++d) r[1 + d] = local.size(d);
+  r[1 + kMaxMetaDims] = static_cast<int64_t>(e.size());
+  std::size_t at = 2 + kMaxMetaDims;
+  for (int m = 0; m < mesh.ndim(); ++m) {
+    const bool has_p = m < static_cast<int>(p.size()), has_e = m < static_cast<int>(e.size());
+    r[at] = has_p ? static_cast<int64_t>(p[m].kind) : -1;
+    r[at + 1] = has_p ? p[m].dim : 0;
+    r[at + 2] = has_e ? static_cast<int64_t>(e[m].size()) : -1;
+    for (int j = 0; has_e && j < mesh.shape()[m] && j < static_cast<int>(e[m].size()); ++j) r[at + 3 + j] = e[m][j];
+    at += 3 + static_cast<std::size_t>(mesh.shape()[m]);
+  }
+  return r;
+}
+
+// What a record states for axis m, as text: "S(0) extents 3,3,3,4". Equal texts <=> equal statements.
+std::string stated_axis(const int64_t* r, const Mesh& mesh, int m) {
+  std::size_t at = 2 + kMaxMetaDims;
+  for (int n = 0; n < m; ++n) at += 3 + static_cast<std::size_t>(mesh.shape()[n]);
+  const Placement p{static_cast<Placement::Kind>(r[at]), static_cast<int>(r[at + 1])};
+  std::string s = r[at] < 0 ? "no placement" : p.str();
+  if (r[at + 2] < 0) return s + " no extents";
+  s += " extents ";
+  for (int64_t j = 0; j < r[at + 2] && j < mesh.shape()[m]; ++j) {
+    if (j) s += ',';
+    s += std::to_string(r[at + 3 + j]);
+  }
+  if (r[at + 2] > mesh.shape()[m]) s += detail::concat(",... (", r[at + 2], " extents)");
+  return s;
+}
+
+std::string ranks_str(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ranks[i]);
+  }
+  return s;
+}
+
+// The check is not the program's communication: like the signature check, it stays out of the ledger.
+class UncountedScope {
+ public:
+  explicit UncountedScope(Communicator& c) : comm_(c), saved_(c.ledger_ptr()) {
+    comm_.set_ledger(std::make_shared<CommLedger>());
+  }
+  ~UncountedScope() { comm_.set_ledger(saved_); }
+  UncountedScope(const UncountedScope&) = delete;
+  UncountedScope& operator=(const UncountedScope&) = delete;
+
+ private:
+  Communicator& comm_;
+  std::shared_ptr<CommLedger> saved_;
+};
+
+// Every rank's record, all-gathered; then, identically on every rank, a ShapeError when the ranks stated
+// different placements or extents (naming the ranks and what each stated) or hold local tensors of different
+// ranks. Returns the records (rank after rank).
+std::vector<int64_t> agree_on_stated(const Tensor& local, const Mesh& mesh, const Placements& placements,
+                                     const AxisExtents& extents) {
+  Communicator& flat = mesh.flat();
+  const int P = flat.size();
+  const int64_t k = stated_record_size(mesh);
+  const std::vector<int64_t> mine = stated_record(local, mesh, placements, extents);
+  Tensor rec = Tensor::empty({k}, DType::i64), all = Tensor::empty({k * P}, DType::i64);
+  std::copy(mine.begin(), mine.end(), rec.data<int64_t>());
+  {
+    UncountedScope uncounted(flat);
+    flat.all_gather(rec, all);
+  }
+  const int64_t* r = all.data<int64_t>();
+  std::vector<int64_t> records(r, r + k * P);
+  std::string differ;
+  for (int m = 0; m < mesh.ndim(); ++m) {
+    std::vector<std::pair<std::string, std::vector<int>>> groups;  // in order of first appearance
+    for (int q = 0; q < P; ++q) {
+      const std::string st = stated_axis(r + q * k, mesh, m);
+      auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == st; });
+      if (g == groups.end()) groups.push_back({st, {q}});
+      else g->second.push_back(q);
+    }
+    if (groups.size() == 1) continue;
+    differ += detail::concat(differ.empty() ? "" : "; ", "axis '", mesh.axis_names()[m], "': ");
+    for (std::size_t i = 0; i < groups.size(); ++i)
+      differ += detail::concat(i ? ", " : "", ranks_str(groups[i].second),
+                               groups[i].second.size() == 1 ? " states " : " state ", groups[i].first);
+  }
+  SHARDRT_CHECK(differ.empty(), ShapeError, "from_local: the ranks stated different extents (", differ, "; ",
+                mesh.str(), ", checked mode)");
+  for (int q = 0; q < P; ++q)
+    SHARDRT_CHECK(r[q * k] == r[0] && r[q * k] >= 0, ShapeError, "from_local: rank ", q, " holds a local tensor of ",
+                  r[q * k] < 0 ? "too many" : std::to_string(r[q * k]), " dims but rank 0 one of ", r[0],
+                  " (at most ", kMaxMetaDims, "; placements ", placements_str(placements), ", ", mesh.str(), ")");
+  return records;
+}
+
+Shape recorded_shape(const std::vector<int64_t>& records, int64_t k, int q) {
+  const int64_t* r = records.data() + q * k;
+  return Shape(r + 1, r + 1 + std::max<int64_t>(r[0], 0));
+}
+
+// from_local with stated extents. In checked mode every rank builds the spec from rank 0's local shape (after the
+// ranks agreed on what they stated) and checks every rank's local shape against it, so every rank reaches the
+// same verdict; otherwise this rank's shape is the base and only this rank's is checked.
+ShardTensor from_local_stated(const Tensor& local, const Mesh& mesh, const Placements& placements,
+                              const AxisExtents& extents) {
+  const bool checked = mesh.flat().checks_collectives() && mesh.size() > 1;
+  std::vector<int64_t> records;
+  if (checked) records = agree_on_stated(local, mesh, placements, extents);
+  const int64_t k = stated_record_size(mesh);
+  const Shape base = checked ? recorded_shape(records, k, 0) : local.shape();
+  // Validates (and normalises) the placements against the tensor rank before any dim is read.
+  const Placements p = ShardSpec::split_evenly(mesh, placements, base, "from_local").placements();
+  Shape global = base;
+  if (extents.size() == p.size())
+    for (std::size_t m = 0; m < p.size(); ++m)
+      if (p[m].is_shard()) global[p[m].dim] = total(extents[m]);
+  ShardSpec spec(mesh, p, std::move(global), extents, "from_local");
+  if (!checked) {
+    check_local_shape("from_local", local, spec);
+    return ShardTensor(local, std::move(spec));
+  }
+  for (int q = 0; q < mesh.size(); ++q) {
+    const std::vector<int> c = coords_of(mesh, q);
+    Shape want = spec.global_shape();
+    for (std::size_t m = 0; m < p.size(); ++m)
+      if (p[m].is_shard()) want[p[m].dim] = extents[m][c[m]];
+    SHARDRT_CHECK(recorded_shape(records, k, q) == want, ShapeError, "from_local: rank ", q, " (mesh coordinates ",
+                  coords_str(c), ") holds local shape ", shape_str(recorded_shape(records, k, q)), " but ", spec.str(),
+                  " gives it ", shape_str(want), " (checked mode)");
+  }
+  return ShardTensor(local, std::move(spec));
 }
 
 // ---- scatter: src sends each rank its shard; the adjoint sends one copy of each shard's grad back ----------
@@ -194,19 +350,10 @@ ShardTensor scatter(const Tensor& full, int src, const Mesh& mesh, const Placeme
 }
 
 ShardTensor from_local(const Tensor& local, const Mesh& mesh, const Placements& placements,
-                       std::optional<AxisExtents> extents) {
+                       std::optional<AxisExtents> extents, FromLocalOptions opts) {
   check_defined("from_local", local, "local tensor");
-  if (extents) {
-    // Validates (and normalises) the placements against the tensor rank before any dim is read.
-    const Placements p = ShardSpec::split_evenly(mesh, placements, local.shape(), "from_local").placements();
-    Shape global = local.shape();
-    if (extents->size() == p.size())
-      for (std::size_t m = 0; m < p.size(); ++m)
-        if (p[m].is_shard()) global[p[m].dim] = total((*extents)[m]);
-    ShardSpec spec(mesh, p, std::move(global), *extents, "from_local");
-    check_local_shape("from_local", local, spec);
-    return ShardTensor(local, std::move(spec));
-  }
+  if (!opts.allow_partial) reject_unasked_partial(placements);
+  if (extents) return from_local_stated(local, mesh, placements, *extents);
 
   bool any_shard = false;
   for (const Placement& q : placements) any_shard = any_shard || q.is_shard();

@@ -5,15 +5,19 @@
 //     products of leading and of trailing extents — then row-major order maps it onto that dim, and the local
 //     reshape of every shard is a slice of the global reshape. Merging or splitting a sharded dim is rejected.
 //   squeeze/select: the dim removed must not be sharded. cat: along an unsharded dim; every input on the same
-//     mesh with the same placements and the same extents.
+//     mesh with the same placements; an input whose extents differ from the first input's (a caller
+//     decomposition of the same global size) is first redistributed to them (patches/align.h), or, under the
+//     strict policy, is a MissingShardPatch naming both placements and extents.
 //   permute/transpose/unsqueeze: always.
 //   Anything else, and any Partial input -> MissingShardPatch.
 // Output: the same placements with sharded dims renumbered to where they moved; a sharded dim keeps its per-rank
 //   extents; global shape = the op applied to the global shape. All computed locally.
-// Forward and backward collectives: none.
+// Forward and backward collectives: none, but cat's alignment of an input with other extents: one all_to_all_v
+//   per such input and axis forward (scope "redistribute"), and its reverse backward ("redistribute.backward").
 // Saved for backward per rank: shapes only (the local view ops' own contexts).
 #include <numeric>
 
+#include "patches/align.h"
 #include "patches/dispatch.h"
 #include "patches/ops.h"
 #include "patches/patch_util.h"
@@ -169,15 +173,17 @@ ShardTensor select_run(const ShardTensor& x, int dim, int64_t index) {
 bool cat_accepts(const std::vector<ShardTensor>& xs, int dim) {
   const ShardSpec& s = xs.front().spec();
   if (s.any_partial() || s.axis_sharding(wrap_dim(dim, s.ndim(), "cat")) >= 0) return false;
-  for (const ShardTensor& x : xs)
-    if (!same_mesh(x.mesh(), s.mesh()) || x.placements() != s.placements() || x.spec().all_extents() != s.all_extents())
-      return false;
+  for (const ShardTensor& x : xs) {
+    if (!same_mesh(x.mesh(), s.mesh()) || x.placements() != s.placements()) return false;
+    for (int m = 0; m < s.mesh().ndim(); ++m)
+      if (!extents_alignable(xs.front(), x, m)) return false;
+  }
   return true;
 }
 
 ShardTensor cat_run(const std::vector<ShardTensor>& xs, int dim) {
   std::vector<Tensor> locals;
-  for (const ShardTensor& x : xs) locals.push_back(x.local());
+  for (const ShardTensor& x : xs) locals.push_back(align_extents("cat", xs.front(), x).local());
   const Tensor y = cat(locals, dim);  // validates the shapes: unsharded dims are whole, sharded ones match
   const ShardSpec& s = xs.front().spec();
   const int d = wrap_dim(dim, s.ndim(), "cat");

@@ -172,9 +172,12 @@ TEST_CASE("patch attention: unsupported placements are MissingShardPatch", "[pat
   const ShardTensor q = distribute(in[0], line, on_line(kSeq)), k = distribute(in[1], line, on_line(kSeq)),
                     v = distribute(in[2], line, on_line(kSeq));
   // Partial input.
-  const ShardTensor partial = from_local(in[1], line, on_line(Placement::Partial()));
+  const ShardTensor partial =
+      from_local(in[1], line, on_line(Placement::Partial()), std::nullopt, {.allow_partial = true});
   CHECK_THROWS_AS(scaled_dot_product_attention(q, partial, v, 1.0), MissingShardPatch);
-  CHECK_THROWS_AS(scaled_dot_product_attention(from_local(in[0], line, on_line(Placement::Partial())), k, v, 1.0),
+  CHECK_THROWS_AS(scaled_dot_product_attention(from_local(in[0], line, on_line(Placement::Partial()), std::nullopt,
+                                                             {.allow_partial = true}),
+                                                  k, v, 1.0),
                   MissingShardPatch);
   // Sharded along the feature dim D.
   const ShardTensor q_d = distribute(in[0], line, on_line(Placement::Shard(3)));

@@ -71,7 +71,7 @@ ShardedFn column_sums(bool label_partial, Placement to_on_row_axis) {
       part[m] = label_partial ? Placement::Partial() : R;
       to[m] = to_on_row_axis;
     }
-    ShardTensor s = from_local(sum(x.local(), {0}), x.mesh(), part, AxisExtents{});
+    ShardTensor s = from_local(sum(x.local(), {0}), x.mesh(), part, AxisExtents{}, {.allow_partial = true});
     return std::vector<ShardTensor>{redistribute(s, label_partial ? to : part)};
   };
 }

@@ -5,6 +5,8 @@
 // representative hops, forward and backward; bad targets raise typed errors on every rank.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "autograd/ops.h"
 #include "tests/patches/patch_testing.h"
 #include "patches/errors.h"
@@ -66,7 +68,7 @@ void check_partial(const Mesh& mesh, const Shape& shape, const Placements& from,
   const ShardSpec spec(mesh, from, shape, extents);
   Tensor local = window(part(shape, mesh.coords()[pm]), spec).clone();
   set_requires_grad(local);
-  ShardTensor x = from_local(local, mesh, from, extents);
+  ShardTensor x = from_local(local, mesh, from, extents, {.allow_partial = true});
   ShardTensor y = redistribute(x, to);
   INFO("result " << y.spec().str());
   REQUIRE(y.placements() == to);
@@ -81,7 +83,126 @@ void check_partial(const Mesh& mesh, const Shape& shape, const Placements& from,
   CHECK_SAME_VALUES(grad_of(local), window(g, spec));
 }
 
+// A caller decomposition of `len` over n ranks: zero-size shards at even coordinates, the split rule over the odd
+// ones (one rank: all of it).
+Extents caller(int64_t len, int n) {
+  if (n == 1) return {len};
+  const Extents odd = split_extents(len, n / 2);
+  Extents e(n, 0);
+  for (int j = 1; j < n; j += 2) e[j] = odd[j / 2];
+  return e;
+}
+
+// The split rule reversed: the last ranks hold the extra elements.
+Extents reversed_split(int64_t len, int n) {
+  Extents e = split_extents(len, n);
+  std::reverse(e.begin(), e.end());
+  return e;
+}
+
+// Elements of dim d in this rank's window under `from` that other ranks own under `to`.
+int64_t leaving(const Extents& from, const Extents& to, int me) {
+  int64_t f0 = 0, t0 = 0;
+  for (int j = 0; j < me; ++j) f0 += from[j], t0 += to[j];
+  return from[me] - std::max<int64_t>(0, std::min(f0 + from[me], t0 + to[me]) - std::max(f0, t0));
+}
+
+// x (this rank's window of iota under `from`/`from_ext`, a leaf) redistributed to `to` with the caller's
+// `to_ext`: the result has exactly those extents and the original values, and a random global grad comes back
+// as this rank's window of it under the source layout.
+ShardTensor check_to_extents(const Mesh& mesh, const Shape& shape, const Placements& from, const AxisExtents& from_ext,
+                             const Placements& to, const AxisExtents& to_ext) {
+  const Tensor full = iota(shape);
+  const ShardSpec spec(mesh, from, shape, from_ext);
+  INFO(mesh.str() << " " << spec.str() << " -> " << placements_str(to));
+  ShardTensor x = leaf_shard(full, spec);
+  ShardTensor y = redistribute(x, to, to_ext);
+  INFO("result " << y.spec().str());
+  CHECK(y.spec() == ShardSpec(mesh, to, shape, to_ext));
+  CHECK_SAME_VALUES(y.local(), window(full, y.spec()));
+  const Tensor g = rnd(shape, 13);
+  backward_global(y, g);
+  REQUIRE(grad_of(x.local()).defined());
+  CHECK_SAME_VALUES(grad_of(x.local()), window(g, spec));
+  return y;
+}
+
 }  // namespace
+
+TEST_CASE("redistribute to caller extents: S(d) -> S(d) is one all_to_all_v each way, exact bytes",
+          "[core][redistribute][ledger]") {
+  auto ledger = std::make_shared<CommLedger>();
+  const Mesh mesh = world_1d(ledger);
+  const int n = mesh.size(), me = mesh.rank();
+  const int64_t len = 2 * n + 1;
+  const std::vector<std::pair<Extents, Extents>> moves = {{split_extents(len, n), caller(len, n)},
+                                                          {caller(len, n), reversed_split(len, n)},
+                                                          {reversed_split(len, n), split_extents(len, n)}};
+  for (int d : {0, 1})
+    for (const auto& [from, to] : moves) {
+      if (from == to) continue;  // one rank: a single decomposition
+      Shape shape{3, 3};
+      shape[d] = len;
+      ledger->reset();
+      const Tensor full = iota(shape);
+      const ShardSpec spec(mesh, {S(d)}, shape, {from});
+      ShardTensor x = leaf_shard(full, spec);
+      ledger->reset();
+      ShardTensor y = redistribute(x, {S(d)}, {to});
+      CHECK(y.spec().extents(0) == to);
+      CHECK_SAME_VALUES(y.local(), window(full, y.spec()));
+      CHECK(ledger->calls("redistribute", "all_to_all_v", "domain") == 1);
+      CHECK(ledger->bytes("redistribute", "all_to_all_v", "domain") == leaving(from, to, me) * 3 * 8);
+      CHECK(ledger->total_calls() == 1);
+      ledger->reset();
+      const Tensor g = rnd(shape, 17);
+      backward_global(y, g);
+      CHECK(ledger->calls("redistribute.backward", "all_to_all_v", "domain") == 1);
+      CHECK(ledger->bytes("redistribute.backward", "all_to_all_v", "domain") == leaving(to, from, me) * 3 * 8);
+      CHECK(ledger->total_calls() == 1);
+      CHECK_SAME_VALUES(grad_of(x.local()), window(g, spec));
+    }
+}
+
+TEST_CASE("redistribute to caller extents: new placements, both grid axes, a spec as target", "[core][redistribute]") {
+  const Mesh mesh = world_1d();
+  const int n = mesh.size();
+  const int64_t len = 2 * n + 1;
+  // Another dim, and a slice of a replicated tensor, straight to the caller's extents.
+  check_to_extents(mesh, {len, len}, {S(0)}, {split_extents(len, n)}, {S(1)}, {caller(len, n)});
+  check_to_extents(mesh, {len, 3}, {R}, {}, {S(0)}, {caller(len, n)});
+  check_to_extents(mesh, {len, 3}, {S(0)}, {caller(len, n)}, {R}, {});
+  for (auto g : grids()) {
+    const Mesh m2 = grid(g);
+    const Shape shape{2, 2 * g.first + 1, 2 * g.second + 1};
+    const AxisExtents from{split_extents(shape[1], g.first), split_extents(shape[2], g.second)};
+    const AxisExtents to{caller(shape[1], g.first), reversed_split(shape[2], g.second)};
+    check_to_extents(m2, shape, {S(1), S(2)}, from, {S(1), S(2)}, to);
+    check_to_extents(m2, shape, {S(1), S(2)}, from, {S(2), S(1)},
+                     {caller(shape[2], g.first), caller(shape[1], g.second)});
+  }
+  // redistribute(t, spec): the target spec's placements and extents; identical spec: t itself.
+  const ShardSpec a(mesh, {S(0)}, {len, 3}, {split_extents(len, n)}), b(mesh, {S(0)}, {len, 3}, {caller(len, n)});
+  const ShardTensor x = leaf_shard(iota({len, 3}), a);
+  CHECK(redistribute(x, b).spec() == b);
+  CHECK(redistribute(x, a).local().is_same(x.local()));
+  CHECK(redistribute(x, {S(0)}, {split_extents(len, n)}).local().is_same(x.local()));
+}
+
+TEST_CASE("redistribute to caller extents: bad targets are typed errors naming both layouts",
+          "[core][redistribute][errors]") {
+  const Mesh mesh = world_1d();
+  const int n = mesh.size();
+  const ShardTensor x = distribute(iota({4, 3}), mesh, {S(0)});
+  CHECK_THROWS_AS(redistribute(x, {S(0)}, {Extents(n, 5)}), ShapeError);
+  CHECK_THROWS_WITH(redistribute(x, {S(0)}, {Extents(n, 5)}),
+                    Catch::Contains("redistribute") && Catch::Contains("dim 0 has global extent 4"));
+  CHECK_THROWS_AS(redistribute(x, {S(0)}, {Extents(n + 1, 0)}), ShapeError);
+  CHECK_THROWS_AS(redistribute(x, {P}, {{}}), MissingShardPatch);
+  const ShardSpec other = ShardSpec::split_evenly(mesh, {S(0)}, {5, 3});
+  CHECK_THROWS_AS(redistribute(x, other), ShapeError);
+  CHECK_THROWS_WITH(redistribute(x, other), Catch::Contains("global [4, 3]") && Catch::Contains("global [5, 3]"));
+}
 
 TEST_CASE("redistribute 1-D: S(d) -> S(d), R, S(d') on even, uneven and zero-size shards", "[core][redistribute]") {
   const Mesh mesh = world_1d();
@@ -200,7 +321,7 @@ TEST_CASE("redistribute ledger: exact collectives of each hop, forward and backw
   SECTION("P -> R: one all_reduce forward, identity backward") {
     Tensor leaf = full.clone();
     set_requires_grad(leaf);
-    ShardTensor y = redistribute(from_local(leaf, mesh, {P}), {R});
+    ShardTensor y = redistribute(from_local(leaf, mesh, {P}, std::nullopt, {.allow_partial = true}), {R});
     CHECK(ledger->calls("redistribute", "all_reduce", "domain") == 1);
     CHECK(ledger->bytes("redistribute", "all_reduce", "domain") == full.numel() * f64 * (n - 1));
     CHECK(ledger->total_calls() == 1);
@@ -211,7 +332,7 @@ TEST_CASE("redistribute ledger: exact collectives of each hop, forward and backw
   SECTION("P -> S(0): one reduce_scatter_v forward, one all_gather_v backward") {
     Tensor leaf = full.clone();
     set_requires_grad(leaf);
-    ShardTensor y = redistribute(from_local(leaf, mesh, {P}), {S(0)});
+    ShardTensor y = redistribute(from_local(leaf, mesh, {P}, std::nullopt, {.allow_partial = true}), {S(0)});
     const auto e = split_extents(shape[0], n);
     CHECK(ledger->calls("redistribute", "reduce_scatter_v", "domain") == 1);
     CHECK(ledger->bytes("redistribute", "reduce_scatter_v", "domain") == (total(e) - e[me]) * 3 * f64);
@@ -279,7 +400,7 @@ TEST_CASE("redistribute ledger 2-D: one hop per axis, on that axis only", "[core
     Tensor part = iota({7, 5});
     set_requires_grad(part);
     ledger->reset();
-    redistribute(from_local(part, mesh, {P, R}), {R, S(0)});
+    redistribute(from_local(part, mesh, {P, R}, std::nullopt, {.allow_partial = true}), {R, S(0)});
     CHECK(ledger->calls("redistribute", "all_reduce", "ddp") == 1);
     CHECK(ledger->bytes("redistribute", "all_reduce", "ddp") ==
           split_extents(7, gshape.second)[c1] * 5 * 8 * (gshape.first - 1));

@@ -5,6 +5,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
+#include "tests/patches/bad_input_testing.h"
 #include "tests/patches/patch_testing.h"
 #include "patches/dispatch.h"
 #include "patches/domain_batch.h"
@@ -244,7 +245,7 @@ TEST_CASE("from_local: extents given (no collective) and inferred (one gather of
 
     // No Shard axis: nothing to infer, nothing exchanged.
     ledger->reset();
-    CHECK(from_local(local, mesh, {R, P}).global_shape() == local.shape());
+    CHECK(from_local(local, mesh, {R, P}, std::nullopt, {.allow_partial = true}).global_shape() == local.shape());
     CHECK(ledger->total_calls() == 0);
   }
 }
@@ -300,6 +301,69 @@ TEST_CASE("from_local: inconsistent shapes are the same ShapeError on every rank
   CHECK_THROWS_AS(from_local(local, mesh, {S(0), S(1)}), ValueError);
 }
 
+namespace {
+
+std::string stated(const Extents& e) {
+  std::string s = "S(0) extents ";
+  for (std::size_t j = 0; j < e.size(); ++j) {
+    if (j) s += ',';
+    s += std::to_string(e[j]);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("from_local, checked mode: ranks stating different extents are the same ShapeError on every rank",
+          "[core][construct][errors]") {
+  auto ledger = std::make_shared<CommLedger>();
+  const Mesh mesh = world_1d(ledger);
+  const int n = mesh.size(), me = mesh.rank();
+  REQUIRE(mesh.flat().checks_collectives());  // the suite runs with SHARDRT_COMM_CHECK=1
+  if (n < 2) return;
+  // Rank n-1 states one more row for itself (and holds it): each rank is consistent with its own statement.
+  const Extents agreed(n, 3);
+  Extents odd = agreed;
+  odd[n - 1] = 4;
+  const Extents& mine = me == n - 1 ? odd : agreed;
+  const Tensor local = zeros({mine[me], 2}, {DType::f64});
+  std::string others = n == 2 ? "rank 0 states " : "ranks 0";
+  for (int q = 1; q < n - 1; ++q) others += ", " + std::to_string(q);
+  if (n > 2) others += " state ";
+  const std::string msg = message_of([&] { from_local(local, mesh, {S(0)}, AxisExtents{mine}); });
+  CHECK_THAT(msg, Catch::StartsWith("from_local: ") && Catch::Contains(others + stated(agreed)) &&
+                      Catch::Contains("rank " + std::to_string(n - 1) + " states " + stated(odd)));
+  CHECK(same_string_on_every_rank(msg));
+  CHECK_THROWS_AS(from_local(local, mesh, {S(0)}, AxisExtents{mine}), ShapeError);
+
+  // The same extents stated everywhere, but one rank's local shape does not fit them: every rank raises.
+  const Tensor thin = zeros({me == n - 1 ? 2 : 3, 2}, {DType::f64});
+  const std::string thin_msg = message_of([&] { from_local(thin, mesh, {S(0)}, AxisExtents{agreed}); });
+  CHECK_THAT(thin_msg, Catch::Contains("from_local: rank " + std::to_string(n - 1)) && Catch::Contains("[2, 2]") &&
+                           Catch::Contains("[3, 2]"));
+  CHECK(same_string_on_every_rank(thin_msg));
+
+  // A consistent call: the check runs (one signature-checked all-gather) but stays out of the ledger.
+  const int64_t checks = mesh.flat().signature_checks();
+  ledger->reset();
+  const ShardTensor x = from_local(zeros({3, 2}, {DType::f64}), mesh, {S(0)}, AxisExtents{agreed});
+  CHECK(x.global_shape() == Shape{3 * n, 2});
+  CHECK(ledger->total_calls() == 0);
+  CHECK(mesh.flat().signature_checks() == checks + 1);
+}
+
+TEST_CASE("from_local: Partial placements only when asked for", "[core][construct][errors]") {
+  const Mesh mesh = world_1d();
+  const Tensor part = iota({3, 2});
+  CHECK_THROWS_AS(from_local(part, mesh, {P}), ValueError);
+  CHECK_THROWS_WITH(from_local(part, mesh, {P}), Catch::Contains("from_local") && Catch::Contains("(P)") &&
+                                                     Catch::Contains("allow_partial"));
+  CHECK_THROWS_AS(from_local(part, mesh, {P}, AxisExtents{{}}), ValueError);
+  const ShardTensor p = from_local(part, mesh, {P}, std::nullopt, {.allow_partial = true});
+  CHECK(p.placements() == Placements{P});
+  CHECK(p.local().is_same(part));
+}
+
 TEST_CASE("backward_global: each rank seeds its window; Partial roots take the whole grad", "[core][construct]") {
   const Mesh mesh = world_1d();
   const auto ext = zero_extents(mesh.size());
@@ -313,7 +377,7 @@ TEST_CASE("backward_global: each rank seeds its window; Partial roots take the w
 
   Tensor part = iota(shape);
   set_requires_grad(part);
-  ShardTensor p = from_local(mul_scalar(part, 2.0), mesh, {P});
+  ShardTensor p = from_local(mul_scalar(part, 2.0), mesh, {P}, std::nullopt, {.allow_partial = true});
   backward_global(p, g);
   CHECK_SAME_VALUES(grad_of(part), mul_scalar(g, 2.0));
 
