@@ -1,27 +1,29 @@
-// Sharded matmul and bmm with sharded rows or batch: a (..., M, K) sharded, b (..., K, N) replicated or sharded
-// on the same batch dims.
+// Sharded matmul and bmm: rows of a, columns of b, or batch entries of either sharded; the contraction dim K never.
 //
-// Accepted placements, per mesh axis (NumPy matmul of the GLOBAL shapes; a plain Tensor b is Replicate on every
-//   axis; bmm: both 3-D, (B, M, K) x (B, K, N)):
+// Accepted placements, per mesh axis (NumPy matmul of the GLOBAL shapes; a plain Tensor operand, on either side,
+//   is Replicate on every axis; bmm: both 3-D, (B, M, K) x (B, K, N)):
 //     a Replicate, b Replicate                                  -> Replicate
-//     a Shard(M) (a's second-to-last dim), b Replicate          -> Shard(the output's M dim)
-//     a Shard(a batch dim, output dim D), b Replicate and broadcasting over D (size 1 there, or no such dim)
-//                                                               -> Shard(D)
+//     a Shard(M) (a's second-to-last dim), b Replicate          -> Shard(the output's M dim), a's extents
+//     a Replicate, b Shard(N) (b's last dim, b at least 2-D)    -> Shard(the output's last dim), b's extents
+//     one operand Shard(a batch dim, output dim D), the other Replicate and broadcasting over D (size 1 there, or
+//       no such dim)                                            -> Shard(D), the sharded operand's extents
 //     a and b Shard of the same output batch dim D with equal extents -> Shard(D)
-//   Anything else -> MissingShardPatch: Partial; a sharded contraction dim K (a's last dim, b's K dim: the product
-//   would be a pending sum); b's N dim sharded, or b sharded where a is not; a replicated b with the whole extent
-//   of a's sharded batch dim (it would need slicing); a 1-D a sharded (its only dim is K).
+//   Anything else -> MissingShardPatch: Partial; a sharded K (a's last dim, b's second-to-last: the product would
+//   be a pending sum); both sharded on one axis unless on the same batch dim; a replicated operand with the whole
+//   extent of the other's sharded batch dim (it would need slicing); a 1-D operand sharded (its only dim is K).
+//   Rows on one axis and columns on another (2-D meshes) are fine: each axis is planned on its own.
 // Arguments: the local op's checks (float dtypes, ranks, inner dims, batch broadcast) run first on stand-ins of
 //   the global tensors, so a bad shape is the local op's error for the global tensors, on every rank.
-// Output: the placements above; global shape = matmul of the global shapes; per-rank extents = a's on each axis.
-//   Every output row and batch entry depends only on the same row/entry of a (and of b), so the local op on the
-//   local operands gives exactly this rank's window of the output.
+// Output: the placements above; global shape = matmul of the global shapes. Every output row, column and batch
+//   entry depends only on the same row of a, column of b and entry of each, so the local op on the local operands
+//   gives exactly this rank's window of the output.
 // Forward collectives: none.
-// Backward collectives: a's grad is local (it needs only b and the local grad rows). A b that is Replicate on
-//   axes where a is Shard, and requires grad, has a grad that is a partial sum over those axes (a sum over this
-//   rank's rows/entries): one all_reduce (sum, in >= f32) of b's grad per such axis, under "<op>.backward",
-//   bytes = numel(b) * max(4, itemsize) * (P-1), via patch::reduce_grads_over. b sharded like a: local.
-// Saved for backward per rank: the local op's — the local operands, O(N/P) for a, and b (the operand itself).
+// Backward collectives: an operand that is Replicate on axes where the other is Shard (of M, N or a batch dim it
+//   broadcasts over), and requires grad, has a grad that is a partial sum over those axes (a sum over this rank's
+//   rows/columns/entries): one all_reduce (sum, in >= f32) of that operand's grad per such axis, under
+//   "<op>.backward", bytes = numel(its local tensor) * max(4, itemsize) * (P-1), via patch::reduce_grads_over
+//   (a's first, then b's). Operands sharded alike on a batch dim: local.
+// Saved for backward per rank: the local op's — the local operands, O(N/P) for sharded ones.
 #include <algorithm>
 #include <string>
 
@@ -49,50 +51,77 @@ bool broadcasts_over(const ShardTensor& t, int D, int out_batch) {
   return k < 0 || t.global_shape()[k] == 1;
 }
 
-bool matmul_accepts(const ShardTensor& a, const ShardTensor& b) {
-  if (!same_mesh(a.mesh(), b.mesh()) || a.spec().any_partial() || b.spec().any_partial()) return false;
+// What one mesh axis does: the output dim it shards (-1: none) with whose extents, and which operand's grad is
+// partial over it.
+struct AxisPlan {
+  bool ok = true;
+  int out_dim = -1;
+  const ShardTensor* extents_of = nullptr;
+  bool a_partial = false, b_partial = false;
+};
+
+AxisPlan plan_axis(const ShardTensor& a, const ShardTensor& b, int m) {
   const int out_batch = std::max(batch_ndim(a), batch_ndim(b));
-  for (int m = 0; m < a.mesh().ndim(); ++m) {
-    const Placement& pa = a.spec().placement(m);
-    const Placement& pb = b.spec().placement(m);
-    if (!pa.is_shard()) {
-      if (pb.is_shard()) return false;  // b sharded where a is not
-      continue;
+  const int out_ndim = out_batch + (a.dim() > 1) + (b.dim() > 1);
+  const Placement& pa = a.spec().placement(m);
+  const Placement& pb = b.spec().placement(m);
+  AxisPlan plan;
+  if (!pa.is_shard() && !pb.is_shard()) return plan;
+  const bool a_batch = pa.is_shard() && pa.dim < batch_ndim(a);
+  const bool b_batch = pb.is_shard() && pb.dim < batch_ndim(b);
+  if (pa.is_shard() && pb.is_shard()) {  // only the same batch entries on both sides
+    plan.ok = a_batch && b_batch && out_batch_dim(a, pa.dim, out_batch) == out_batch_dim(b, pb.dim, out_batch) &&
+              a.spec().extents(m) == b.spec().extents(m);
+    plan.out_dim = out_batch_dim(a, pa.dim, out_batch);
+    plan.extents_of = &a;
+  } else if (pa.is_shard()) {
+    plan.extents_of = &a;
+    plan.b_partial = true;
+    if (a_batch) {
+      plan.out_dim = out_batch_dim(a, pa.dim, out_batch);
+      plan.ok = broadcasts_over(b, plan.out_dim, out_batch);
+    } else {  // M, or K (a's last dim; a 1-D a has only K)
+      plan.out_dim = out_batch;
+      plan.ok = a.dim() >= 2 && pa.dim == a.dim() - 2;
     }
-    if (a.dim() < 2 || pa.dim == a.dim() - 1) return false;  // K sharded
-    if (pa.dim == a.dim() - 2) {                             // rows
-      if (pb.is_shard()) return false;
-      continue;
-    }
-    const int D = out_batch_dim(a, pa.dim, out_batch);
-    if (pb.is_shard()) {
-      if (pb.dim >= batch_ndim(b) || out_batch_dim(b, pb.dim, out_batch) != D ||
-          a.spec().extents(m) != b.spec().extents(m))
-        return false;
-    } else if (!broadcasts_over(b, D, out_batch)) {
-      return false;
+  } else {
+    plan.extents_of = &b;
+    plan.a_partial = true;
+    if (b_batch) {
+      plan.out_dim = out_batch_dim(b, pb.dim, out_batch);
+      plan.ok = broadcasts_over(a, plan.out_dim, out_batch);
+    } else {  // N, or K (b's second-to-last dim; a 1-D b has only K)
+      plan.out_dim = out_ndim - 1;
+      plan.ok = b.dim() >= 2 && pb.dim == b.dim() - 1;
     }
   }
-  return true;
+  return plan;
 }
 
-// The spec of the output: a's sharded dims moved to their output positions, a's extents.
-ShardSpec output_spec(const ShardTensor& a, const ShardTensor& b, const Shape& out_shape) {
-  const int out_batch = std::max(batch_ndim(a), batch_ndim(b));
-  Placements placements = a.placements();
-  for (Placement& p : placements)
-    if (p.is_shard()) p = Placement::Shard(p.dim == a.dim() - 2 ? out_batch : out_batch_dim(a, p.dim, out_batch));
-  return ShardSpec(a.mesh(), placements, out_shape, a.spec().all_extents());
+bool matmul_accepts(const ShardTensor& a, const ShardTensor& b) {
+  if (!same_mesh(a.mesh(), b.mesh()) || a.spec().any_partial() || b.spec().any_partial()) return false;
+  for (int m = 0; m < a.mesh().ndim(); ++m)
+    if (!plan_axis(a, b, m).ok) return false;
+  return true;
 }
 
 ShardTensor matmul_run(const char* op, LocalMatmul f, const ShardTensor& a, const ShardTensor& b,
                        const Shape& out_shape) {
-  // The axes where b is replicated against a sharded a: b's grad is partial there.
-  std::vector<int> b_partial_axes;
-  for (int m : patch::shard_axes(a.spec()))
-    if (!b.spec().placement(m).is_shard()) b_partial_axes.push_back(m);
-  const Tensor lb = patch::reduce_grads_over(op, a.mesh(), b_partial_axes, {b.local()})[0];
-  return ShardTensor(f(a.local(), lb), output_spec(a, b, out_shape));
+  const Mesh& mesh = a.mesh();
+  Placements placements(static_cast<size_t>(mesh.ndim()), Placement::Replicate());
+  auto extents = patch::no_extents(mesh);
+  std::vector<int> a_partial_axes, b_partial_axes;
+  for (int m = 0; m < mesh.ndim(); ++m) {
+    const AxisPlan plan = plan_axis(a, b, m);
+    if (plan.out_dim < 0) continue;
+    placements[m] = Placement::Shard(plan.out_dim);
+    extents[m] = plan.extents_of->spec().extents(m);
+    if (plan.a_partial) a_partial_axes.push_back(m);
+    if (plan.b_partial) b_partial_axes.push_back(m);
+  }
+  const Tensor la = patch::reduce_grads_over(op, mesh, a_partial_axes, {a.local()})[0];
+  const Tensor lb = patch::reduce_grads_over(op, mesh, b_partial_axes, {b.local()})[0];
+  return ShardTensor(f(la, lb), ShardSpec(mesh, placements, out_shape, extents));
 }
 
 // The local ops' argument checks (autograd/ops/matmul.cpp), with their messages, on stand-ins of the global
@@ -124,7 +153,7 @@ Tensor local_bmm(const Tensor& a, const Tensor& b) { return bmm(a, b); }
 ShardTensor sharded_product(const char* op, LocalMatmul f, const ShardTensor& a, const ShardTensor& b) {
   const Shape out_shape = checked_output_shape(op, a, b);
   const std::vector<MatmulPatch> table = {
-      {"matmul/rows-or-batch-sharded", matmul_accepts,
+      {"matmul/rows-columns-or-batch-sharded", matmul_accepts,
        [&](const ShardTensor& x, const ShardTensor& y) { return matmul_run(op, f, x, y, out_shape); }}};
   return dispatch_patch(op, table, {&a, &b}, a, b);
 }
@@ -135,9 +164,15 @@ ShardTensor matmul(const ShardTensor& a, const ShardTensor& b) { return sharded_
 ShardTensor matmul(const ShardTensor& a, const Tensor& b) {
   return sharded_product("matmul", local_matmul, a, patch::replicated(b, a.mesh()));
 }
+ShardTensor matmul(const Tensor& a, const ShardTensor& b) {
+  return sharded_product("matmul", local_matmul, patch::replicated(a, b.mesh()), b);
+}
 ShardTensor bmm(const ShardTensor& a, const ShardTensor& b) { return sharded_product("bmm", local_bmm, a, b); }
 ShardTensor bmm(const ShardTensor& a, const Tensor& b) {
   return sharded_product("bmm", local_bmm, a, patch::replicated(b, a.mesh()));
+}
+ShardTensor bmm(const Tensor& a, const ShardTensor& b) {
+  return sharded_product("bmm", local_bmm, patch::replicated(a, b.mesh()), b);
 }
 
 }  // namespace shardrt

@@ -94,14 +94,17 @@ ShardTensor to_dtype(const ShardTensor& x, DType dtype);
 ShardTensor linear(const ShardTensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ---- matmul, bmm (patches/matmul.cpp) -------------------------------------------------------------------------
-// a (..., M, K) sharded on M or on batch dims, or replicated; b (..., K, N) replicated (a plain Tensor is), or
-// sharded on the batch dims a is sharded on, with the same extents. The output is sharded like a. A sharded K or N,
-// b sharded where a is not, or Partial: MissingShardPatch. Forward: none. Backward: a replicated b's grad is
-// all-reduced over the axes where a is sharded, once.
+// Per mesh axis: a (..., M, K) sharded on M with b (..., K, N) replicated; b sharded on N with a replicated; one
+// operand sharded on a batch dim the other broadcasts over; or both sharded on the same batch dim with the same
+// extents. A plain Tensor operand, on either side, is replicated. The output is sharded likewise (M, N or the
+// batch dim). A sharded K, or Partial: MissingShardPatch. Forward: none. Backward: a replicated operand's grad is
+// all-reduced over the axes where the other is sharded, once.
 ShardTensor matmul(const ShardTensor& a, const ShardTensor& b);
 ShardTensor matmul(const ShardTensor& a, const Tensor& b);
+ShardTensor matmul(const Tensor& a, const ShardTensor& b);
 ShardTensor bmm(const ShardTensor& a, const ShardTensor& b);  // (B, M, K) x (B, K, N)
 ShardTensor bmm(const ShardTensor& a, const Tensor& b);
+ShardTensor bmm(const Tensor& a, const ShardTensor& b);
 
 // ---- normalisation (patches/norm.cpp) -------------------------------------------------------------------------
 // The placements pick the statistics path (n: the statistics this rank holds, its local rows for layer_norm

@@ -39,6 +39,42 @@ TEST_CASE("patch matmul: rows sharded, b a plain or Replicate tensor; b's grad r
     }
 }
 
+TEST_CASE("patch matmul/bmm: columns of b sharded, a plain or Replicate; a's grad reduced once per axis",
+          "[patch]") {
+  // b (3, 11) sharded on N; a plain (2, 5, 3) on the left, and a Replicate (4, 3); bmm with a plain (2, 5, 3) left.
+  auto fn = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>& p) {
+    return std::vector<ShardTensor>{matmul(p[0], in[0]), matmul(in[1], in[0]), bmm(p[0], in[2])};
+  };
+  const Mesh& line = line_mesh();
+  const int pn = line.size();
+  for (const ExtentsCase& e : extents_cases(11, pn)) {
+    ShardedCase c = sharded_case("matmul columns " + e.name, {rnd({3, 11}, 120), rnd({4, 3}, 121), rnd({2, 3, 11}, 122)},
+                                 {on_line(S(1)), on_line(R), on_line(S(2))}, {{e.extents}, {}, {e.extents}});
+    c.params = {rnd({2, 5, 3}, 123)};
+    check_patch(line, fn, c,
+                {{"matmul.backward", "all_reduce", "domain", 2, all_reduce_bytes(30 + 12, 8, pn)},
+                 {"bmm.backward", "all_reduce", "domain", 1, all_reduce_bytes(30, 8, pn)}});
+  }
+  if (has_grid()) {
+    // a (5, 3) rows over dx, b (3, 7) columns over dy: a's grad reduced over dy, b's over dx.
+    auto fn2 = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+      return std::vector<ShardTensor>{matmul(in[0], in[1])};
+    };
+    const Mesh& grid = grid_mesh();
+    for (const auto& ext : grid_extents(5, 7)) {
+      ShardedCase c = sharded_case("matmul rows x columns 2x2", {rnd({5, 3}, 124), rnd({3, 7}, 125)},
+                                   {{S(0), R}, {R, S(1)}}, {{ext[0], {}}, {{}, ext[1]}});
+      const int64_t my_dx = ext[0][grid.coord("dx")], my_dy = ext[1][grid.coord("dy")];
+      const ShardTensor out = matmul(distribute(rnd({5, 3}, 124), grid, {S(0), R}, AxisExtents{ext[0], {}}),
+                                     distribute(rnd({3, 7}, 125), grid, {R, S(1)}, AxisExtents{{}, ext[1]}));
+      CHECK(out.placements() == kGridS0S1);
+      check_patch(grid, fn2, c,
+                  {{"matmul.backward", "all_reduce", "dy", 1, all_reduce_bytes(my_dx * 3, 8, 2)},
+                   {"matmul.backward", "all_reduce", "dx", 1, all_reduce_bytes(3 * my_dy, 8, 2)}});
+    }
+  }
+}
+
 TEST_CASE("patch matmul/bmm: batch sharded on both operands alike, no collectives", "[patch]") {
   auto fn = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
     return std::vector<ShardTensor>{matmul(in[0], in[1]), bmm(in[0], in[1])};
@@ -81,8 +117,11 @@ TEST_CASE("patch matmul/bmm: bad shapes are the local op's error; other placemen
                                  [=] { (void)matmul(k_sharded, w); }),
       rejects<MissingShardPatch>("b replicated with a's whole sharded batch dim", "bmm: no patch",
                                  [=] { (void)bmm(batch, b_whole); }),
-      rejects<MissingShardPatch>("b's columns sharded", "matmul: no patch",
-                                 [=] { (void)matmul(distribute(rnd({11, 3}, 98), line, on_line(R)), b_cols); }),
+      rejects<MissingShardPatch>("a's rows and b's columns on the same axis", "matmul: no patch",
+                                 [=] { (void)matmul(rows, b_cols); }),
+      rejects<MissingShardPatch>("b's K sharded", "matmul: no patch for placements (R) global [2, 5, 11] and (S(0))",
+                                 [=] { (void)matmul(rnd({2, 5, 11}, 98), distribute(rnd({11, 4}, 99), line,
+                                                                                    on_line(S(0)))); }),
       rejects<MissingShardPatch>("a pending sum", "matmul: no patch", [=] { (void)matmul(partial, w); }),
   });
 }
