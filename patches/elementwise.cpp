@@ -231,6 +231,8 @@ SHARDRT_SHARDED_BINARY(ge, compare)
 ShardTensor where(const ShardTensor& cond, const ShardTensor& a, const ShardTensor& b) {
   using WherePatch = Patch<ShardTensor(ShardTensor, ShardTensor, ShardTensor)>;
   static const std::vector<WherePatch> table = {{"where/broadcast-replicated", where_accepts, where_run}};
+  // Shapes that do not broadcast are a ShapeError before any placement is looked at.
+  (void)broadcast_shapes(broadcast_shapes(cond.global_shape(), a.global_shape(), "where"), b.global_shape(), "where");
   return dispatch_patch("where", table, {&cond, &a, &b}, cond, a, b);
 }
 ShardTensor where(const ShardTensor& cond, const ShardTensor& a, const Tensor& b) {

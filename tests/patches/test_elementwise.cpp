@@ -346,5 +346,8 @@ TEST_CASE("patch elementwise: the new ops refuse Partial and unaligned operands 
       rejects<MissingShardPatch>("where with operands sharded on different dims", "where: no patch",
                                  [=] { (void)where(cond, a, by_col); }),
       rejects<MissingShardPatch>("clamp of a pending sum", "clamp: no patch", [=] { (void)clamp(partial, 0, 1); }),
+      // Global shapes that do not broadcast: a ShapeError, whatever the placements.
+      rejects<ShapeError>("where of shapes that do not broadcast", "where: shapes [11, 3] and [4] do not broadcast",
+                          [=] { (void)where(cond, a, rnd({4}, 43)); }),
   });
 }
