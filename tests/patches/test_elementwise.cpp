@@ -284,6 +284,23 @@ TEST_CASE("patch elementwise: comparisons give the local op's u8 on the global t
       CHECK_SAME_VALUES(full_tensor(got[k]), want[k]);
     }
   }
+  if (has_grid())
+    for (const GridCase& g : grid_cases(11, 3)) {
+      const ShardTensor as = distribute(a, grid_mesh(), kGridS0S1, AxisExtents{g.dx, g.dy});
+      const ShardTensor bs = distribute(b, grid_mesh(), kGridS0S1, AxisExtents{g.dx, g.dy});
+      const ShardTensor rs = distribute(row, grid_mesh(), {R, S(1)}, AxisExtents{{}, g.dy});
+      grid_mesh().flat().ledger().reset();
+      // A plain Tensor must broadcast over both sharded dims: a 0-d one.
+      const Tensor zero = full({}, 0.0, {DType::f64});
+      const std::vector<ShardTensor> got = {le(as, bs), ne(rs, as), gt(as, zero)};
+      check_ledger(grid_mesh(), {});
+      const std::vector<Tensor> want = {le(a, b), ne(row, a), gt(a, zero)};
+      for (size_t k = 0; k < got.size(); ++k) {
+        INFO("comparison " << k << " on the 2x2 mesh, " << g.name);
+        CHECK(got[k].placements() == kGridS0S1);
+        CHECK_SAME_VALUES(full_tensor(got[k]), want[k]);
+      }
+    }
 }
 
 TEST_CASE("patch elementwise: where routes grads to a and b; replicated ones reduced once per axis", "[patch]") {
