@@ -1,20 +1,31 @@
-// Sharded losses over sharded data: mse_loss = mean((p - t)^2), relative_l2_loss = ||p - t|| / ||t||.
+// Sharded losses over sharded data: mse_loss = mean((p - t)^2), relative_l2_loss = ||p - t|| / ||t||,
+// cross_entropy = -(1/N) sum_i log_softmax(logits)[i, target_i].
 //
 // Accepted placements: pred and target on the same mesh with the same placements and global shape, any
 //   Shard/Replicate placements. A target whose extents differ from pred's (a caller decomposition) is first
 //   redistributed to pred's (patches/align.h: one all_to_all_v per such axis, scope "redistribute", and its
 //   reverse in backward, "redistribute.backward"), or, under the strict policy, is a MissingShardPatch naming
 //   both placements and extents. Partial or other differing specs -> MissingShardPatch.
+//   cross_entropy: logits (N, C) and i64 targets (N) on the same mesh; per axis either both Replicate, or logits
+//   Shard(0) and targets Shard(0) with the same extents. A sharded class dim, Partial, or targets placed otherwise
+//   -> MissingShardPatch. The local op's argument checks (dtypes, shapes) run first on stand-ins of the global
+//   tensors; targets outside [0, C) are counted in the forward all-reduce and are then the same ValueError on
+//   every rank (naming how many, not where: no rank knows the others' targets).
 // Output: a 0-d scalar, Replicate on every axis (the same value on every rank).
 // Forward collectives: the loss is a function of global sums; each rank sums its shard, then one all_reduce (sum)
 //   per axis where the inputs are Shard, in axis order, under "<op>.forward":
 //     mse_loss:         sum (p - t)^2                 1 element,  itemsize * (P-1) bytes
 //     relative_l2_loss: sum (p - t)^2 and sum t^2     2 elements, 2 * itemsize * (P-1) bytes (packed, one call)
-//   mse_loss divides by the GLOBAL element count, so uneven and zero-size shards are exact.
+//     cross_entropy:    sum of the picked log-probabilities and the count of bad targets
+//                                                     2 elements, 2 * itemsize * (P-1) bytes (packed, one call)
+//   mse_loss and cross_entropy divide by the GLOBAL count (elements; rows N), so uneven and zero-size shards are
+//   exact.
 // Backward collectives: none. The grad of the replicated scalar is the same on every rank, and the grad of each
 //   local element needs only it, the element, and the global sums saved in forward.
-// Saved for backward per rank: p - t, O(N/P); relative_l2_loss also t, O(N/P), when t requires grad, and scalars.
+// Saved for backward per rank: p - t, O(N/P); relative_l2_loss also t, O(N/P), when t requires grad, and scalars;
+//   cross_entropy: the local log-probabilities, O(N/P * C), and the local targets.
 #include "autograd/function.h"
+#include "autograd/ops/common.h"
 #include "autograd/ops/relative_l2.h"
 #include "patches/align.h"
 #include "patches/dispatch.h"
@@ -106,7 +117,92 @@ ShardTensor relative_l2_run(const ShardTensor& pred, const ShardTensor& target_g
       replicated_scalar(pred.mesh()));
 }
 
+// ---- cross_entropy ----------------------------------------------------------------------------------------------
+
+bool rows_sharded_alike(const ShardTensor& logits, const ShardTensor& targets) {
+  if (!same_mesh(logits.mesh(), targets.mesh()) || logits.spec().any_partial() || targets.spec().any_partial())
+    return false;
+  for (int m = 0; m < logits.mesh().ndim(); ++m) {
+    const Placement& pl = logits.spec().placement(m);
+    const Placement& pt = targets.spec().placement(m);
+    if (pl.is_replicate() && pt.is_replicate()) continue;
+    if (pl != Placement::Shard(0) || pt != Placement::Shard(0) || logits.spec().extents(m) != targets.spec().extents(m))
+      return false;
+  }
+  return true;
+}
+
+// The local op's argument checks (autograd/ops/loss.cpp), with its messages, on stand-ins of the global tensors.
+void check_cross_entropy_args(const ShardTensor& logits, const ShardTensor& targets) {
+  const Tensor l = patch::global_stand_in(logits), t = patch::global_stand_in(targets);
+  ops_detail::check_float("cross_entropy", l, "logits");
+  SHARDRT_CHECK(t.dtype() == DType::i64, DTypeError, "cross_entropy: targets must be i64, got ", t.str());
+  check_same_device("cross_entropy", l, t);
+  SHARDRT_CHECK(l.dim() == 2 && t.dim() == 1 && t.size(0) == l.size(0), ShapeError,
+                "cross_entropy: expected logits (N, C) and targets (N), got ", l.str(), " and ", t.str());
+}
+
+struct ShardedCrossEntropyCtx {
+  Tensor log_probs;  // local (n, C)
+  Tensor one_hot;    // local (n, C), u8
+  double rows = 0;   // the GLOBAL N
+};
+
+// (n, C) u8 with 1 where c == target_i (compared in f64: exact for any class count); targets outside [0, C)
+// match no class.
+Tensor one_hot_mask(const Tensor& targets, int64_t C) {
+  const Tensor classes = arange(0.0, static_cast<double>(C), 1.0, {DType::f64, targets.device()});
+  return eq(to_dtype(targets, DType::f64).view({targets.numel(), 1}), classes.view({1, C}));
+}
+
+int64_t count_outside(const Tensor& targets, int64_t C) {
+  const Tensor host = targets.to(Device::cpu()).contiguous();
+  const int64_t* t = host.data<int64_t>();
+  int64_t bad = 0;
+  for (int64_t i = 0; i < host.numel(); ++i) bad += t[i] < 0 || t[i] >= C;
+  return bad;
+}
+
+Tensor sharded_cross_entropy_forward(ShardedCrossEntropyCtx& ctx, const ShardTensor& logits,
+                                     const ShardTensor& targets) {
+  const int64_t C = logits.global_shape()[1];
+  ctx.rows = static_cast<double>(logits.global_shape()[0]);
+  NoGradGuard no_grad;
+  ctx.log_probs = log_softmax(logits.local(), 1);  // the class dim is whole on every rank
+  ctx.one_hot = one_hot_mask(targets.local(), C);
+  const Tensor picked = sum(where(ctx.one_hot, ctx.log_probs, zeros({}, {logits.dtype(), logits.device()})));
+  const Tensor bad = full({1}, static_cast<double>(count_outside(targets.local(), C)), {logits.dtype(), logits.device()});
+  // This rank's share of the picked sum and its bad-target count, in one buffer: one all-reduce per axis.
+  const Tensor sums = cat({reshape(picked, {1}), bad}, 0);
+  patch::all_reduce_over(logits.mesh(), patch::shard_axes(logits.spec()), sums, ReduceOp::sum,
+                         "cross_entropy.forward");
+  const double outside = sums.to(Device::cpu()).to_vector()[1];
+  SHARDRT_CHECK(outside == 0, ValueError, "cross_entropy: ", static_cast<int64_t>(outside),
+                " targets are outside [0, ", C, ") for logits ", patch::global_stand_in(logits).str());
+  return mul_scalar(select(sums, 0, 0), -1.0 / ctx.rows);
+}
+
+std::vector<Tensor> sharded_cross_entropy_backward(ShardedCrossEntropyCtx& ctx,
+                                                   const std::vector<Tensor>& grad_outputs) {
+  // dL/dlogits = (softmax(logits) - one_hot) / N, with the GLOBAL N: local rows only.
+  const Tensor& g = grad_outputs[0];
+  return {mul(sub(exp(ctx.log_probs), to_dtype(ctx.one_hot, g.dtype())), mul_scalar(g, 1.0 / ctx.rows))};
+}
+
+ShardTensor cross_entropy_run(const ShardTensor& logits, const ShardTensor& targets) {
+  ShardedCrossEntropyCtx ctx;
+  const Tensor loss = sharded_cross_entropy_forward(ctx, logits, targets);
+  return ShardTensor(record("cross_entropy", {logits.local()}, loss, std::move(ctx), sharded_cross_entropy_backward),
+                     replicated_scalar(logits.mesh()));
+}
+
 }  // namespace
+
+ShardTensor cross_entropy(const ShardTensor& logits, const ShardTensor& targets) {
+  static const std::vector<LossPatch> table = {{"cross_entropy/rows-sharded", rows_sharded_alike, cross_entropy_run}};
+  check_cross_entropy_args(logits, targets);
+  return dispatch_patch("cross_entropy", table, {&logits, &targets}, logits, targets);
+}
 
 ShardTensor mse_loss(const ShardTensor& pred, const ShardTensor& target) {
   static const std::vector<LossPatch> table = {{"mse_loss/same-layout", same_layout, mse_run}};

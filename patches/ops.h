@@ -40,28 +40,91 @@ namespace shardrt {
 // ---- elementwise (patches/elementwise.cpp) ------------------------------------------------------------------
 // Same placements on both sides (b with other extents than a is aligned to a's, see "layouts" above), or one side
 // Replicate on an axis where the other is sharded along a dim that the replicated operand broadcasts over (size 1
-// or missing). A plain Tensor operand is a replicated operand.
-// Forward: none. Backward: a replicated operand's grad is all-reduced over the axes where the other is sharded.
+// or missing). A plain Tensor operand, on either side, is a replicated operand. Forward: none. Backward: a
+// replicated operand's grad is all-reduced over the axes where the other is sharded. Comparisons give u8 without
+// grad (no backward); where(cond, a, b) takes the same rule over its three operands (equal extents, no alignment)
+// and sends its grads to a and b (reduced like a replicated operand's).
 ShardTensor add(const ShardTensor& a, const ShardTensor& b);
-ShardTensor sub(const ShardTensor& a, const ShardTensor& b);
-ShardTensor mul(const ShardTensor& a, const ShardTensor& b);
-ShardTensor div(const ShardTensor& a, const ShardTensor& b);
 ShardTensor add(const ShardTensor& a, const Tensor& b);
+ShardTensor add(const Tensor& a, const ShardTensor& b);
+ShardTensor sub(const ShardTensor& a, const ShardTensor& b);
+ShardTensor sub(const ShardTensor& a, const Tensor& b);
+ShardTensor sub(const Tensor& a, const ShardTensor& b);
+ShardTensor mul(const ShardTensor& a, const ShardTensor& b);
 ShardTensor mul(const ShardTensor& a, const Tensor& b);
+ShardTensor mul(const Tensor& a, const ShardTensor& b);
+ShardTensor div(const ShardTensor& a, const ShardTensor& b);
+ShardTensor div(const ShardTensor& a, const Tensor& b);
+ShardTensor div(const Tensor& a, const ShardTensor& b);
+// pow: a > 0 where b's grad is needed
+ShardTensor pow(const ShardTensor& a, const ShardTensor& b);
+ShardTensor pow(const ShardTensor& a, const Tensor& b);
+ShardTensor pow(const Tensor& a, const ShardTensor& b);
+// maximum: ties send the grad to a
+ShardTensor maximum(const ShardTensor& a, const ShardTensor& b);
+ShardTensor maximum(const ShardTensor& a, const Tensor& b);
+ShardTensor maximum(const Tensor& a, const ShardTensor& b);
+ShardTensor minimum(const ShardTensor& a, const ShardTensor& b);
+ShardTensor minimum(const ShardTensor& a, const Tensor& b);
+ShardTensor minimum(const Tensor& a, const ShardTensor& b);
+// eq: comparisons: u8, no grad
+ShardTensor eq(const ShardTensor& a, const ShardTensor& b);
+ShardTensor eq(const ShardTensor& a, const Tensor& b);
+ShardTensor eq(const Tensor& a, const ShardTensor& b);
+ShardTensor ne(const ShardTensor& a, const ShardTensor& b);
+ShardTensor ne(const ShardTensor& a, const Tensor& b);
+ShardTensor ne(const Tensor& a, const ShardTensor& b);
+ShardTensor lt(const ShardTensor& a, const ShardTensor& b);
+ShardTensor lt(const ShardTensor& a, const Tensor& b);
+ShardTensor lt(const Tensor& a, const ShardTensor& b);
+ShardTensor le(const ShardTensor& a, const ShardTensor& b);
+ShardTensor le(const ShardTensor& a, const Tensor& b);
+ShardTensor le(const Tensor& a, const ShardTensor& b);
+ShardTensor gt(const ShardTensor& a, const ShardTensor& b);
+ShardTensor gt(const ShardTensor& a, const Tensor& b);
+ShardTensor gt(const Tensor& a, const ShardTensor& b);
+ShardTensor ge(const ShardTensor& a, const ShardTensor& b);
+ShardTensor ge(const ShardTensor& a, const Tensor& b);
+ShardTensor ge(const Tensor& a, const ShardTensor& b);
+ShardTensor where(const ShardTensor& cond, const ShardTensor& a, const ShardTensor& b);
+ShardTensor where(const ShardTensor& cond, const ShardTensor& a, const Tensor& b);
+ShardTensor where(const ShardTensor& cond, const Tensor& a, const ShardTensor& b);
+// Unary: any Shard/Replicate placements, the output keeps x's spec, no collective either way.
 ShardTensor add_scalar(const ShardTensor& x, double s);
 ShardTensor mul_scalar(const ShardTensor& x, double s);
+ShardTensor pow_scalar(const ShardTensor& x, double p);
 ShardTensor neg(const ShardTensor& x);
 ShardTensor exp(const ShardTensor& x);
+ShardTensor log(const ShardTensor& x);
+ShardTensor sqrt(const ShardTensor& x);
+ShardTensor rsqrt(const ShardTensor& x);
 ShardTensor tanh(const ShardTensor& x);
+ShardTensor erf(const ShardTensor& x);
+ShardTensor abs(const ShardTensor& x);
+ShardTensor clamp(const ShardTensor& x, double lo, double hi);
 ShardTensor relu(const ShardTensor& x);
 ShardTensor gelu(const ShardTensor& x, GeluApprox approx = GeluApprox::none);
 ShardTensor silu(const ShardTensor& x);
 ShardTensor sigmoid(const ShardTensor& x);
+ShardTensor to_dtype(const ShardTensor& x, DType dtype);
 
 // ---- linear (patches/linear.cpp) -----------------------------------------------------------------------------
 // x sharded on any dim but the last (feature) dim, or replicated. Forward: none. Backward: the weight/bias grads
 // are all-reduced (one packed buffer) over the axes where x is sharded.
 ShardTensor linear(const ShardTensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// ---- matmul, bmm (patches/matmul.cpp) -------------------------------------------------------------------------
+// Per mesh axis: a (..., M, K) sharded on M with b (..., K, N) replicated; b sharded on N with a replicated; one
+// operand sharded on a batch dim the other broadcasts over; or both sharded on the same batch dim with the same
+// extents. A plain Tensor operand, on either side, is replicated. The output is sharded likewise (M, N or the
+// batch dim). A sharded K, or Partial: MissingShardPatch. Forward: none. Backward: a replicated operand's grad is
+// all-reduced over the axes where the other is sharded, once.
+ShardTensor matmul(const ShardTensor& a, const ShardTensor& b);
+ShardTensor matmul(const ShardTensor& a, const Tensor& b);
+ShardTensor matmul(const Tensor& a, const ShardTensor& b);
+ShardTensor bmm(const ShardTensor& a, const ShardTensor& b);  // (B, M, K) x (B, K, N)
+ShardTensor bmm(const ShardTensor& a, const Tensor& b);
+ShardTensor bmm(const Tensor& a, const ShardTensor& b);
 
 // ---- normalisation (patches/norm.cpp) -------------------------------------------------------------------------
 // The placements pick the statistics path (n: the statistics this rank holds, its local rows for layer_norm
@@ -81,14 +144,18 @@ ShardTensor group_norm(const ShardTensor& x, int64_t groups, const Tensor& weigh
 
 // ---- reductions (patches/reduce.cpp) --------------------------------------------------------------------------
 // Over sharded dims: sum gives Partial on those axes; mean divides by the GLOBAL count (exact on uneven shards)
-// and gives Partial; amax all-reduces (max) and gives Replicate. Over unsharded dims: local.
-//   op      reduced dim sharded: forward        backward
-//   sum     none (Partial output)               none
-//   mean    none (Partial output)               none
-//   amax    1 all_reduce (max) / axis           1 all_reduce (min) of the winning index / axis
+// and gives Partial; amax/amin all-reduce (max/min) and give Replicate; logsumexp takes the distributed max, then
+// sum, and gives Replicate. Over unsharded dims: local.
+//   op          reduced dim sharded: forward             backward
+//   sum         none (Partial output)                    none
+//   mean        none (Partial output)                    none
+//   amax, amin  1 all_reduce (max, min) / axis           1 all_reduce (min) of the winning index / axis
+//   logsumexp   2 all_reduce (max, then sum) / axis      none
 ShardTensor sum(const ShardTensor& x, const std::vector<int>& dims, bool keepdim = false);
 ShardTensor mean(const ShardTensor& x, const std::vector<int>& dims, bool keepdim = false);
 ShardTensor amax(const ShardTensor& x, const std::vector<int>& dims, bool keepdim = false);
+ShardTensor amin(const ShardTensor& x, const std::vector<int>& dims, bool keepdim = false);
+ShardTensor logsumexp(const ShardTensor& x, const std::vector<int>& dims, bool keepdim = false);
 
 // ---- softmax (patches/softmax.cpp) ----------------------------------------------------------------------------
 // Over an unsharded dim: local. Over the sharded dim: distributed max and sum (two all-reduces forward, one
@@ -107,12 +174,19 @@ ShardTensor squeeze(const ShardTensor& x, int dim);
 ShardTensor select(const ShardTensor& x, int dim, int64_t index);  // an unsharded dim
 // cat: along an unsharded dim, the same placements; an input with other extents is aligned to the first input's.
 ShardTensor cat(const std::vector<ShardTensor>& xs, int dim);
+// Along an unsharded dim; each part keeps x's placements and extents.
+std::vector<ShardTensor> split(const ShardTensor& x, const std::vector<int64_t>& sizes, int dim);
+// Unsharded dims broadcast (size 1 -> n) and new leading dims appear; a sharded dim keeps its global size (or -1).
+ShardTensor expand(const ShardTensor& x, const Shape& shape);
 
 // ---- losses over sharded data (patches/loss.cpp) -------------------------------------------------------------
 // Scalar, Replicate on every axis: one all-reduce of the partial sums in forward, none in backward. pred and target
 // share placements and global shape; a target with other extents is aligned to pred's (see "layouts" above).
 ShardTensor mse_loss(const ShardTensor& pred, const ShardTensor& target);
 ShardTensor relative_l2_loss(const ShardTensor& pred, const ShardTensor& target);
+// logits (N, C) and i64 targets (N) sharded alike on N (Shard(0)) or replicated; the mean over the GLOBAL N. One
+// all-reduce of the partial sum (packed with the count of targets outside [0, C)) forward, none backward.
+ShardTensor cross_entropy(const ShardTensor& logits, const ShardTensor& targets);
 
 // ---- attention (patches/attention.cpp) ----------------------------------------------------------------------
 // Sharded scaled dot-product attention over the sequence dim of q (…, Nq, D), k (…, Nk, D), v (…, Nk, Dv). One mesh

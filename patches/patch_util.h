@@ -59,6 +59,10 @@ std::vector<Tensor> reduce_param_grads(const char* op, const ShardSpec& x, const
 // reduced for them), and with no operand needing grad, or no axis, nothing is recorded. Whether an operand
 // requires grad must be the same on every rank (true of replicated parameters), because every rank must record
 // the node to run the backward's collectives.
+// Which operand of a two-operand op, if any, came in as a plain Tensor: a parameter, whose grad takes the parameter
+// rule (reduce_param_grads) instead of the activation rule (reduce_grads_over every axis the other one shards).
+enum class PlainOperand { none, a, b };
+
 // `share` multiplies the reduced grads (reduce_param_grads' batch factor; 1 otherwise).
 std::vector<Tensor> reduce_grads_over(const char* op, const Mesh& mesh, const std::vector<int>& axes,
                                       const std::vector<Tensor>& operands, double share = 1);

@@ -1,27 +1,32 @@
-// Sharded reductions: sum, mean, amax over any set of dims (empty = all dims).
+// Sharded reductions: sum, mean, amax, amin, logsumexp over any set of dims (empty = all dims).
 //
 // Accepted placements: any Shard/Replicate placements; Partial -> MissingShardPatch (the sum of pending sums
 //   would be fine, but the mean/max of one is not, and no caller needs the first).
 // Arguments: checked first on x's global shape, as the local ops check them (f32/f64, dims in range and not
-//   repeated; amax: a non-empty reduction), with the op's own name, the same error on every rank.
+//   repeated; amax, amin: a non-empty reduction), with the op's own name, the same error on every rank.
 // Output placements: a Shard axis whose dim is kept stays Shard, renumbered past removed dims (keepdim = false),
 //   with its extents. A Shard axis whose dim is reduced becomes
 //     sum, mean: Partial — the local result is this rank's share of the global one, left pending (no collective);
 //                mean divides the local SUM by the GLOBAL count of reduced elements, so the pending sum is exact
 //                for uneven and zero-size shards;
-//     amax:      Replicate — the local max is all-reduced (max).
+//     amax, amin: Replicate — the local max (min) is all-reduced (max, min);
+//     logsumexp: Replicate — the distributed max, then the sum of exp(x - max), as a sharded softmax does.
 //   Replicate axes stay Replicate. Global shape: reduced dims removed (or 1 with keepdim).
-// Forward collectives: sum, mean: none. amax with a sharded reduced dim: one all_reduce (max) of the output per
-//   such axis, under "amax.forward", bytes = numel(local out) * itemsize * (P-1).
+// Forward collectives: sum, mean: none. amax (amin) with a sharded reduced dim: one all_reduce (max, min) of the
+//   output per such axis, under "<op>.forward", bytes = numel(local out) * itemsize * (P-1). logsumexp with a
+//   sharded reduced dim: per such axis, under "logsumexp.forward", one all_reduce (max) of the local maxima, then
+//   one all_reduce (sum) of the local sums of exp(x - max) — each numel(local out) * itemsize * (P-1) bytes.
 // Backward collectives: sum, mean: none (the grad of a Partial output is the complete grad on every rank, and
-//   each rank's share enters the sum with weight 1). amax with a sharded reduced dim: the grad goes to ONE element
-//   per output, the first maximum in global row-major order over the reduced dims (as the serial op does). Each
-//   rank proposes the global index of its first element equal to the max; one all_reduce (min) of these f64
-//   indices per such axis under "amax.backward", bytes = numel(local out) * 8 * (P-1), picks the winner.
-// Saved for backward per rank: sum, mean: shapes only. amax local: the local op's index, O(out). amax sharded:
-//   local x, O(N/P), and the max, O(out).
+//   each rank's share enters the sum with weight 1). amax (amin) with a sharded reduced dim: the grad goes to ONE
+//   element per output, the first maximum (minimum) in global row-major order over the reduced dims (as the serial
+//   op does). Each rank proposes the global index of its first element equal to the extremum; one all_reduce (min)
+//   of these f64 indices per such axis under "<op>.backward", bytes = numel(local out) * 8 * (P-1), picks the
+//   winner. logsumexp: none — dx = g exp(x - y) needs only the local x and the (replicated) global y.
+// Saved for backward per rank: sum, mean: shapes only. amax/amin/logsumexp local: the local op's. amax/amin
+//   sharded: local x, O(N/P), and the extremum, O(out). logsumexp sharded: local x, O(N/P), and y, O(out).
 #include <algorithm>
 #include <limits>
+#include <string>
 
 #include "autograd/function.h"
 #include "autograd/ops/common.h"
@@ -79,19 +84,27 @@ ShardTensor mean_to_partial(const ShardTensor& x, const std::vector<int>& dims_i
   return ShardTensor(y, reduced_spec(x.spec(), dims, keepdim, Placement::Partial()));
 }
 
-// ---- amax -------------------------------------------------------------------------------------------------------
+// ---- amax, amin ---------------------------------------------------------------------------------------------------
 
 bool reduces_no_sharded_dim(const ShardTensor& x, const std::vector<int>& dims, bool keepdim) {
   return no_partial(x, dims, keepdim) &&
-         patch::axes_sharding(x.spec(), patch::wrap_dims("amax", dims, x.dim())).empty();
+         patch::axes_sharding(x.spec(), patch::wrap_dims("reduce", dims, x.dim())).empty();
 }
 
-ShardTensor amax_local(const ShardTensor& x, const std::vector<int>& dims_in, bool keepdim) {
-  const std::vector<int> dims = patch::wrap_dims("amax", dims_in, x.dim());
-  return ShardTensor(amax(x.local(), dims, keepdim), reduced_spec(x.spec(), dims, keepdim, Placement::Replicate()));
+using LocalReduce = Tensor (*)(const Tensor&, const std::vector<int>&, bool);
+
+// The local op on the local tensor: no reduced dim is sharded, so every output element is complete here.
+ReducePatch local_patch(const char* name, LocalReduce f) {
+  return {name, reduces_no_sharded_dim, [f](const ShardTensor& x, const std::vector<int>& dims_in, bool keepdim) {
+            const std::vector<int> dims = patch::wrap_dims("reduce", dims_in, x.dim());
+            return ShardTensor(f(x.local(), dims, keepdim),
+                               reduced_spec(x.spec(), dims, keepdim, Placement::Replicate()));
+          }};
 }
 
 struct ShardedAmaxCtx {
+  std::string op;   // "amax" or "amin"
+  ReduceOp extremum = ReduceOp::max;
   Mesh mesh;
   std::vector<int> axes;                // the axes sharding a reduced dim
   std::vector<int> dims;                // reduced dims, ascending
@@ -101,8 +114,8 @@ struct ShardedAmaxCtx {
 
 Tensor sharded_amax_forward(ShardedAmaxCtx& ctx, const Tensor& x) {
   ctx.x = x.detach();
-  ctx.y = patch::local_extremum_keepdim(x, ctx.dims, ReduceOp::max);
-  patch::all_reduce_over(ctx.mesh, ctx.axes, ctx.y, ReduceOp::max, "amax.forward");
+  ctx.y = patch::local_extremum_keepdim(x, ctx.dims, ctx.extremum);
+  patch::all_reduce_over(ctx.mesh, ctx.axes, ctx.y, ctx.extremum, ctx.op + ".forward");
   return ctx.y;
 }
 
@@ -127,18 +140,21 @@ Tensor global_flat_index(const ShardedAmaxCtx& ctx) {
 
 std::vector<Tensor> sharded_amax_backward(ShardedAmaxCtx& ctx, const std::vector<Tensor>& grad_outputs) {
   const Tensor index = global_flat_index(ctx);
-  // This rank's candidate per output: the lowest global index holding the max (+inf when it holds none).
+  // This rank's candidate per output: the lowest global index holding the extremum (+inf when it holds none).
   const Tensor inf = full({}, std::numeric_limits<double>::infinity(), {DType::f64, index.device()});
   const Tensor candidates = where(eq(ctx.x, ctx.y), index, inf);
   const Tensor winner = patch::local_extremum_keepdim(candidates, ctx.dims, ReduceOp::min);
-  patch::all_reduce_over(ctx.mesh, ctx.axes, winner, ReduceOp::min, "amax.backward");
+  patch::all_reduce_over(ctx.mesh, ctx.axes, winner, ReduceOp::min, ctx.op + ".backward");
   const Tensor& g = grad_outputs[0];
   return {where(eq(index, winner), g, zeros({}, {g.dtype(), g.device()}))};
 }
 
-ShardTensor amax_sharded(const ShardTensor& x, const std::vector<int>& dims_in, bool keepdim) {
-  const std::vector<int> dims = patch::wrap_dims("amax", dims_in, x.dim());
-  ShardedAmaxCtx ctx{x.mesh(),
+ShardTensor extremum_sharded(const char* op, ReduceOp extremum, const ShardTensor& x, const std::vector<int>& dims_in,
+                             bool keepdim) {
+  const std::vector<int> dims = patch::wrap_dims(op, dims_in, x.dim());
+  ShardedAmaxCtx ctx{op,
+                     extremum,
+                     x.mesh(),
                      patch::axes_sharding(x.spec(), dims),
                      dims,
                      std::vector<int64_t>(static_cast<size_t>(x.dim()), 0),
@@ -150,8 +166,44 @@ ShardTensor amax_sharded(const ShardTensor& x, const std::vector<int>& dims_in, 
   const Tensor y_kept = sharded_amax_forward(ctx, x.local());
   // Recorded only when an input needs grad (inference keeps nothing alive). Whether one does is the same on
   // every rank, so every rank records the node and runs the backward's collectives together.
-  const Tensor y = record_collective("amax", {x.local()}, std::vector<Tensor>{y_kept}, any_requires_grad({x.local()}), std::move(ctx),
+  const Tensor y = record_collective(op, {x.local()}, std::vector<Tensor>{y_kept}, any_requires_grad({x.local()}),
+                                     std::move(ctx),
                                      sharded_amax_backward)[0];
+  return ShardTensor(keepdim ? y : reshape(y, spec.local_shape()), spec);
+}
+
+// ---- logsumexp ----------------------------------------------------------------------------------------------
+
+struct ShardedLogsumexpCtx {
+  Tensor x, y;  // local x and the global result (reduced dims kept with size 1)
+};
+
+Tensor sharded_logsumexp_forward(ShardedLogsumexpCtx& ctx, const Mesh& mesh, const std::vector<int>& axes,
+                                 const std::vector<int>& dims, const Tensor& x_in) {
+  ctx.x = x_in.detach();
+  const Tensor row_max = patch::local_extremum_keepdim(ctx.x, dims, ReduceOp::max);
+  patch::all_reduce_over(mesh, axes, row_max, ReduceOp::max, "logsumexp.forward");
+  // A row of -inf only (or an empty one) shifts by 0, not by -inf, so that its result is -inf and not NaN.
+  const Tensor ninf = full({}, -std::numeric_limits<double>::infinity(), {x_in.dtype(), x_in.device()});
+  const Tensor shift = where(eq(row_max, ninf), zeros({}, {x_in.dtype(), x_in.device()}), row_max);
+  const Tensor row_sum = sum(exp(sub(ctx.x, shift)), dims, true);
+  patch::all_reduce_over(mesh, axes, row_sum, ReduceOp::sum, "logsumexp.forward");
+  ctx.y = add(shift, log(row_sum));
+  return ctx.y;
+}
+
+std::vector<Tensor> sharded_logsumexp_backward(ShardedLogsumexpCtx& ctx, const std::vector<Tensor>& grad_outputs) {
+  // dy/dx = exp(x - y): y is the global result, so each local element's grad is local.
+  return {mul(grad_outputs[0], exp(sub(ctx.x, ctx.y)))};
+}
+
+ShardTensor logsumexp_sharded(const ShardTensor& x, const std::vector<int>& dims_in, bool keepdim) {
+  const std::vector<int> dims = patch::wrap_dims("logsumexp", dims_in, x.dim());
+  const ShardSpec spec = reduced_spec(x.spec(), dims, keepdim, Placement::Replicate());
+  ShardedLogsumexpCtx ctx;
+  const Tensor y_kept =
+      sharded_logsumexp_forward(ctx, x.mesh(), patch::axes_sharding(x.spec(), dims), dims, x.local());
+  const Tensor y = record("logsumexp", {x.local()}, y_kept, std::move(ctx), sharded_logsumexp_backward);
   return ShardTensor(keepdim ? y : reshape(y, spec.local_shape()), spec);
 }
 
@@ -171,6 +223,15 @@ Tensor check_reduce_args(const char* op, const ShardTensor& x, const std::vector
   return xg;
 }
 
+// An extremum over no element: the local op refuses it; sharded, every rank would all-reduce an empty part's
+// -inf (+inf), a silently wrong result.
+void check_extremum_args(const char* op, const ShardTensor& x, const std::vector<int>& dims) {
+  const Tensor xg = check_reduce_args(op, x, dims);
+  int64_t reduced = 1;
+  for (int d : patch::wrap_dims(op, dims, x.dim())) reduced *= x.global_shape()[d];
+  SHARDRT_CHECK(reduced > 0, ShapeError, op, ": cannot reduce over an empty dimension of ", xg.str());
+}
+
 }  // namespace
 
 ShardTensor sum(const ShardTensor& x, const std::vector<int>& dims, bool keepdim) {
@@ -186,15 +247,30 @@ ShardTensor mean(const ShardTensor& x, const std::vector<int>& dims, bool keepdi
 }
 
 ShardTensor amax(const ShardTensor& x, const std::vector<int>& dims, bool keepdim) {
-  static const std::vector<ReducePatch> table = {{"amax/unsharded-dims", reduces_no_sharded_dim, amax_local},
-                                                 {"amax/sharded-dims", no_partial, amax_sharded}};
-  const Tensor xg = check_reduce_args("amax", x, dims);
-  // A max over no element: the local op refuses it; sharded, every rank would all-reduce an empty part's -inf,
-  // a silently wrong result.
-  int64_t reduced = 1;
-  for (int d : patch::wrap_dims("amax", dims, x.dim())) reduced *= x.global_shape()[d];
-  SHARDRT_CHECK(reduced > 0, ShapeError, "amax: cannot reduce over an empty dimension of ", xg.str());
+  static const std::vector<ReducePatch> table = {
+      local_patch("amax/unsharded-dims", &shardrt::amax),
+      {"amax/sharded-dims", no_partial, [](const ShardTensor& t, const std::vector<int>& d, bool k) {
+         return extremum_sharded("amax", ReduceOp::max, t, d, k);
+       }}};
+  check_extremum_args("amax", x, dims);
   return dispatch_patch("amax", table, {&x}, x, dims, keepdim);
+}
+
+ShardTensor amin(const ShardTensor& x, const std::vector<int>& dims, bool keepdim) {
+  static const std::vector<ReducePatch> table = {
+      local_patch("amin/unsharded-dims", &shardrt::amin),
+      {"amin/sharded-dims", no_partial, [](const ShardTensor& t, const std::vector<int>& d, bool k) {
+         return extremum_sharded("amin", ReduceOp::min, t, d, k);
+       }}};
+  check_extremum_args("amin", x, dims);
+  return dispatch_patch("amin", table, {&x}, x, dims, keepdim);
+}
+
+ShardTensor logsumexp(const ShardTensor& x, const std::vector<int>& dims, bool keepdim) {
+  static const std::vector<ReducePatch> table = {local_patch("logsumexp/unsharded-dims", &shardrt::logsumexp),
+                                                 {"logsumexp/sharded-dims", no_partial, logsumexp_sharded}};
+  check_reduce_args("logsumexp", x, dims);
+  return dispatch_patch("logsumexp", table, {&x}, x, dims, keepdim);
 }
 
 }  // namespace shardrt

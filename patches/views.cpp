@@ -1,4 +1,4 @@
-// Sharded views and shape ops: reshape, view, permute, transpose, unsqueeze, squeeze, select, cat.
+// Sharded views and shape ops: reshape, view, permute, transpose, unsqueeze, squeeze, select, expand, cat, split.
 //
 // Accepted placements: any Shard/Replicate placements, as long as every sharded dim survives whole:
 //   reshape/view: each sharded dim d must reappear as one dim of the new shape with the same extent and the same
@@ -14,9 +14,12 @@
 //   extents; global shape = the op applied to the global shape. All computed locally.
 // Forward and backward collectives: none, but cat's alignment of an input with other extents: one all_to_all_v
 //   per such input and axis forward (scope "redistribute"), and its reverse backward ("redistribute.backward").
+// Arguments of expand and split: the local op's checks run first on a stand-in of the global tensor (the same
+//   error on every rank, before the placements are looked at).
 // Saved for backward per rank: shapes only (the local view ops' own contexts).
 #include <numeric>
 
+#include "autograd/tape.h"
 #include "patches/align.h"
 #include "patches/dispatch.h"
 #include "patches/ops.h"
@@ -192,6 +195,52 @@ ShardTensor cat_run(const std::vector<ShardTensor>& xs, int dim) {
   return ShardTensor(y, s.with(s.placements(), global, s.all_extents(), "cat"));
 }
 
+// ---- split, expand ------------------------------------------------------------------------------------------
+
+bool split_accepts(const ShardTensor& x, const std::vector<int64_t>&, int dim) {
+  return removes_unsharded_dim("split", x, dim);
+}
+
+std::vector<ShardTensor> split_run(const ShardTensor& x, const std::vector<int64_t>& sizes, int dim) {
+  const std::vector<Tensor> parts = split(x.local(), sizes, dim);  // the dim is unsharded: sizes are local too
+  const int d = wrap_dim(dim, x.dim(), "split");
+  std::vector<ShardTensor> out;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    Shape global = x.global_shape();
+    global[static_cast<size_t>(d)] = sizes[k];
+    out.emplace_back(parts[k], x.spec().with(x.placements(), global, x.spec().all_extents(), "split"));
+  }
+  return out;
+}
+
+// The number of new leading dims expand puts in front of x's.
+int64_t expand_lead(const ShardTensor& x, const Shape& shape) {
+  return static_cast<int64_t>(shape.size()) - x.dim();
+}
+
+bool expand_accepts(const ShardTensor& x, const Shape& shape) {
+  if (!no_partial(x)) return false;
+  const int64_t lead = expand_lead(x, shape);
+  for (int m : patch::shard_axes(x.spec())) {
+    const int d = x.spec().placement(m).dim;
+    const int64_t want = shape[static_cast<size_t>(lead + d)];
+    if (want != -1 && want != x.global_shape()[d]) return false;
+  }
+  return true;
+}
+
+ShardTensor expand_run(const ShardTensor& x, const Shape& shape) {
+  const Shape global = patch::global_stand_in(x).expand(shape).shape();
+  const int64_t lead = expand_lead(x, shape);
+  Shape local = global;  // the sharded dims at their local extents
+  DimMap moved(static_cast<size_t>(x.dim()));
+  for (int d = 0; d < x.dim(); ++d) {
+    moved[static_cast<size_t>(d)] = static_cast<int>(lead + d);
+    if (x.spec().axis_sharding(d) >= 0) local[static_cast<size_t>(lead + d)] = x.local().size(d);
+  }
+  return ShardTensor(expand(x.local(), local), renumbered("expand", x.spec(), moved, global));
+}
+
 }  // namespace
 
 ShardTensor reshape(const ShardTensor& x, const Shape& global_shape) {
@@ -232,6 +281,22 @@ ShardTensor select(const ShardTensor& x, int dim, int64_t index) {
   using SelectPatch = Patch<ShardTensor(ShardTensor, int, int64_t)>;
   static const std::vector<SelectPatch> table = {{"select/unsharded-dim", select_accepts, select_run}};
   return dispatch_patch("select", table, {&x}, x, dim, index);
+}
+
+ShardTensor expand(const ShardTensor& x, const Shape& shape) {
+  static const std::vector<ReshapePatch> table = {{"expand/unsharded-dims-broadcast", expand_accepts, expand_run}};
+  (void)patch::global_stand_in(x).expand(shape);  // the local op's shape checks, for the global tensor
+  return dispatch_patch("expand", table, {&x}, x, shape);
+}
+
+std::vector<ShardTensor> split(const ShardTensor& x, const std::vector<int64_t>& sizes, int dim) {
+  using SplitPatch = Patch<std::vector<ShardTensor>(ShardTensor, std::vector<int64_t>, int)>;
+  static const std::vector<SplitPatch> table = {{"split/unsharded-dim", split_accepts, split_run}};
+  {
+    NoGradGuard no_grad;  // the local op's argument checks, for the global tensor; the parts are views, dropped
+    (void)split(patch::global_stand_in(x), sizes, dim);
+  }
+  return dispatch_patch("split", table, {&x}, x, sizes, dim);
 }
 
 ShardTensor cat(const std::vector<ShardTensor>& xs, int dim) {

@@ -117,3 +117,24 @@ TEST_CASE("reduce_batch_grads averages parameter grads over the batch axes only,
     CHECK(mesh.flat().ledger().calls("reduce_batch_grads", "all_reduce", "domain") == 0);
   }
 }
+
+TEST_CASE("a plain Tensor operand is a parameter: add(x, bias) and matmul(x, W) on ddp x domain", "[patch][roles][np6]") {
+  for (auto g : batch_grids()) {
+    const Mesh mesh = grid(g, std::make_shared<CommLedger>());
+    for (const Placements& p : layouts(g)) {
+      const int64_t batch = p[0].is_shard() ? 2 * g.first + 1 : 2;
+      ShardedCase c = sharded_case("add " + placements_str(p), {rnd({batch, 7, 3}, 11)}, {p});
+      c.params = {rnd({3}, 12)};
+      const ShardedFn add_bias = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>& w) {
+        return std::vector<ShardTensor>{add(in[0], w[0])};
+      };
+      check_patch(mesh, add_bias, c, param_comms("add", g, p, 3));
+      c.name = "matmul " + placements_str(p);
+      c.params = {rnd({3, 4}, 13)};
+      const ShardedFn times_w = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>& w) {
+        return std::vector<ShardTensor>{matmul(in[0], w[0])};
+      };
+      check_patch(mesh, times_w, c, param_comms("matmul", g, p, 12));
+    }
+  }
+}

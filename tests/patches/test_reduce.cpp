@@ -167,3 +167,90 @@ TEST_CASE("patch reductions: a Partial input is MissingShardPatch", "[patch]") {
   CHECK_THROWS_AS(sum(partial, {0}), MissingShardPatch);
   CHECK_THROWS_AS(mean(partial, {}), MissingShardPatch);
 }
+
+TEST_CASE("patch amin: all-reduce min forward, first global minimum gets the grad (ties too)", "[patch]") {
+  auto fn = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+    const ShardTensor& x = in[0];
+    return std::vector<ShardTensor>{amin(x, {1}), amin(x, {0, 1}, true), amin(x, {}), amin(x, {2})};
+  };
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  const int64_t b = all_reduce_bytes(6 + 3 + 1, 8, p);
+  for (const ExtentsCase& e : extents_cases(11, p)) {
+    const std::vector<std::pair<std::string, Tensor>> data = {{"distinct", rnd({2, 11, 3}, 73)},
+                                                              {"ties", with_ties({2, 11, 3}, 74)}};
+    for (const auto& [name, values] : data) {
+      ShardedCase c = sharded_case("amin " + name + " " + e.name, {values}, {on_line(S(1))}, {{e.extents}});
+      check_patch(line, fn, c,
+                  {{"amin.forward", "all_reduce", "domain", 3, b}, {"amin.backward", "all_reduce", "domain", 3, b}});
+    }
+  }
+  if (has_grid()) {
+    auto fn2 = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+      return std::vector<ShardTensor>{amin(in[0], {0, 1}, true), amin(in[0], {1})};
+    };
+    const Mesh& grid = grid_mesh();
+    for (const auto& ext : grid_extents(5, 7)) {
+      const int64_t my_dx = ext[0][grid.coord("dx")];
+      const int64_t bx = all_reduce_bytes(3, 8, 2), by = all_reduce_bytes(3 + my_dx * 3, 8, 2);
+      ShardedCase c = sharded_case("amin 2x2 ties", {with_ties({5, 7, 3}, 75)}, {kGridS0S1}, {ext});
+      check_patch(grid, fn2, c,
+                  {{"amin.forward", "all_reduce", "dx", 1, bx},
+                   {"amin.forward", "all_reduce", "dy", 2, by},
+                   {"amin.backward", "all_reduce", "dx", 1, bx},
+                   {"amin.backward", "all_reduce", "dy", 2, by}});
+    }
+  }
+}
+
+TEST_CASE("patch logsumexp: distributed max then sum forward, local backward", "[patch]") {
+  // Per call with a sharded reduced dim: two all_reduces (max, then sum) of the local output, none backward.
+  // Outputs: (2, 3), (1, 1, 3), scalar; logsumexp over dim 2 is local.
+  auto fn = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+    const ShardTensor& x = in[0];
+    return std::vector<ShardTensor>{logsumexp(x, {1}), logsumexp(x, {0, 1}, true), logsumexp(x, {}),
+                                    logsumexp(x, {2})};
+  };
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  for (const ExtentsCase& e : extents_cases(11, p)) {
+    // Scaled up so that exp(x) alone would overflow: the shift by the GLOBAL max must be there.
+    ShardedCase c = sharded_case("logsumexp " + e.name, {mul_scalar(rnd({2, 11, 3}, 76), 400.0)}, {on_line(S(1))},
+                                 {{e.extents}});
+    check_patch(line, fn, c, {{"logsumexp.forward", "all_reduce", "domain", 6, 2 * all_reduce_bytes(6 + 3 + 1, 8, p)}});
+  }
+  if (has_grid()) {
+    auto fn2 = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+      return std::vector<ShardTensor>{logsumexp(in[0], {0, 1}, true), logsumexp(in[0], {1})};
+    };
+    const Mesh& grid = grid_mesh();
+    for (const auto& ext : grid_extents(5, 7)) {
+      const int64_t my_dx = ext[0][grid.coord("dx")];
+      ShardedCase c = sharded_case("logsumexp 2x2", {rnd({5, 7, 3}, 77)}, {kGridS0S1}, {ext});
+      check_patch(grid, fn2, c,
+                  {{"logsumexp.forward", "all_reduce", "dx", 2, 2 * all_reduce_bytes(3, 8, 2)},
+                   {"logsumexp.forward", "all_reduce", "dy", 4, 2 * all_reduce_bytes(3 + my_dx * 3, 8, 2)}});
+    }
+  }
+}
+
+TEST_CASE("patch amin/logsumexp: bad arguments are the local op's error; a Partial input MissingShardPatch",
+          "[patch]") {
+  const Mesh& line = line_mesh();
+  const Tensor x = rnd({2, 11, 3}, 78), empty = zeros({2, 0, 3}, {DType::f64});
+  const ShardTensor xs = distribute(x, line, on_line(S(1)));
+  const ShardTensor es = distribute(empty, line, on_line(S(1)));
+  const ShardTensor partial = sum(xs, {1});
+  check_rejected({
+      rejects<ShapeError>("amin dim 3", "amin: dim 3 is out of range", [=] { (void)amin(xs, {3}); },
+                          [=] { (void)amin(x, {3}); }),
+      rejects<ShapeError>("logsumexp dim -4", "logsumexp: dim -4 is out of range", [=] { (void)logsumexp(xs, {-4}); },
+                          [=] { (void)logsumexp(x, {-4}); }),
+      rejects<ShapeError>("amin over an empty sharded dim", "amin: cannot reduce over an empty dimension",
+                          [=] { (void)amin(es, {1}); }, [=] { (void)amin(empty, {1}); }),
+      rejects<MissingShardPatch>("amin of a pending sum", "amin: no patch for placements (P)",
+                                 [=] { (void)amin(partial, {0}); }),
+      rejects<MissingShardPatch>("logsumexp of a pending sum", "logsumexp: no patch for placements (P)",
+                                 [=] { (void)logsumexp(partial, {0}); }),
+  });
+}

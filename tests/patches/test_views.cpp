@@ -1,6 +1,6 @@
 // View patches against the serial fp64 oracle. Views move sharded dims around without any collective and keep their
 // per-rank extents; reshapes that would merge or split a sharded dim are refused.
-#include "tests/patches/patch_testing.h"
+#include "tests/patches/bad_input_testing.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
@@ -58,4 +58,70 @@ TEST_CASE("patch views: merging, splitting or removing a sharded dim is MissingS
         distribute(rnd({2, 11, 6}, 66), line, on_line(Placement::Shard(1)), AxisExtents{other});
     CHECK_THROWS_AS(cat({x, y}, 2), MissingShardPatch);
   }
+}
+
+TEST_CASE("patch split/expand: along unsharded dims, sharded dims keep their extents, no collectives", "[patch]") {
+  // x (2, 11, 6) sharded on N; split along dims 2 and 0; y (2, 11, 1) expanded along its last dim and with two new
+  // leading dims (-1 keeps a size).
+  auto fn = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+    std::vector<ShardTensor> out = split(in[0], {1, 3, 2}, 2);
+    for (const ShardTensor& part : split(in[0], {2, 0}, 0)) out.push_back(part);
+    out.push_back(expand(in[1], {2, 11, 4}));
+    out.push_back(expand(in[1], {3, 1, -1, -1, 5}));
+    return out;
+  };
+  const Mesh& line = line_mesh();
+  const ShardTensor x = distribute(rnd({2, 11, 6}, 100), line, on_line(S(1)));
+  const std::vector<ShardTensor> parts = split(x, {4, 2}, -1);
+  REQUIRE(parts.size() == 2);
+  CHECK(parts[1].global_shape() == Shape{2, 11, 2});
+  CHECK(parts[1].placements()[0] == S(1));
+  CHECK(parts[1].spec().extents(0) == x.spec().extents(0));
+  const ShardTensor y = distribute(rnd({2, 11, 1}, 101), line, on_line(S(1)));
+  const ShardTensor ey = expand(y, {3, 2, 11, 5});
+  CHECK(ey.global_shape() == Shape{3, 2, 11, 5});
+  CHECK(ey.placements()[0] == S(2));
+  CHECK(ey.spec().extents(0) == y.spec().extents(0));
+
+  const Placements s1 = on_line(S(1));
+  for (const ExtentsCase& e : extents_cases(11, line.size())) {
+    ShardedCase c = sharded_case("split/expand " + e.name, {rnd({2, 11, 6}, 102), rnd({2, 11, 1}, 103)}, {s1, s1},
+                                 {{e.extents}, {e.extents}});
+    check_patch(line, fn, c, {});
+  }
+  if (has_grid()) {
+    // x (5, 7, 6) and y (5, 7, 1), both dims sharded.
+    auto fn2 = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+      std::vector<ShardTensor> out = split(in[0], {5, 1}, 2);
+      out.push_back(expand(in[1], {2, 5, 7, 3}));
+      return out;
+    };
+    for (const auto& ext : grid_extents(5, 7)) {
+      ShardedCase c =
+          sharded_case("split/expand 2x2", {rnd({5, 7, 6}, 104), rnd({5, 7, 1}, 105)}, {kGridS0S1, kGridS0S1}, {ext, ext});
+      check_patch(grid_mesh(), fn2, c, {});
+    }
+  }
+}
+
+TEST_CASE("patch split/expand: bad sizes are the local op's error; a sharded dim is MissingShardPatch", "[patch]") {
+  const Mesh& line = line_mesh();
+  const Tensor x = rnd({2, 11, 6}, 106);
+  const ShardTensor xs = distribute(x, line, on_line(S(1)));
+  // A sharded dim of global size 1 (one rank holds it, the others nothing): expanding it would change its size.
+  Extents one(static_cast<size_t>(line.size()), 0);
+  one.back() = 1;
+  const Tensor t = rnd({1, 3}, 107);
+  const ShardTensor ts = distribute(t, line, on_line(S(0)), AxisExtents{one});
+  check_rejected({
+      rejects<ShapeError>("split sizes that do not add up", "split: part sizes [1, 2] add up to 3",
+                          [=] { (void)split(xs, {1, 2}, 2); }, [=] { (void)split(x, {1, 2}, 2); }),
+      rejects<ShapeError>("expand to a smaller dim", "expand: cannot expand", [=] { (void)expand(xs, {2, 11, 3}); },
+                          [=] { (void)expand(x, {2, 11, 3}); }),
+      rejects<MissingShardPatch>("split along the sharded dim", "split: no patch for placements (S(1))",
+                                 [=] { (void)split(xs, {5, 6}, 1); }),
+      rejects<MissingShardPatch>("expand of a sharded dim", "expand: no patch for placements (S(0))",
+                                 [=] { (void)expand(ts, {4, 3}); }),
+      rejects<MissingShardPatch>("split of a pending sum", "split: no patch", [=] { (void)split(sum(xs, {1}), {1, 1}, 0); }),
+  });
 }
