@@ -218,7 +218,7 @@ struct AttentionShardOutput {
 AttentionShardOutput scaled_dot_product_attention(const ShardTensor& q, const ShardTensor& k, const ShardTensor& v,
                                                   double scale, KvStrategy strategy = KvStrategy::ring);
 
-// ---- convolution, pooling, upsampling, padding (patches/conv.cpp, patches/pool_upsample_pad.cpp) ----------
+// ---- convolution, pooling, upsampling, padding (patches/conv.cpp, pool.cpp, pool_upsample_pad.cpp) ---------
 // x is (B, C, *spatial) with 1-3 spatial dims, as in autograd/ops.h. Any spatial dim may be sharded by any mesh
 // axis (1-D meshes, and 2-D meshes with two spatial dims sharded); the batch dim may be sharded too (no halo). A
 // sharded channel dim, Partial, or a configuration the patch cannot split exactly has no patch. Weights and
@@ -238,9 +238,13 @@ ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, cons
                  const std::vector<int64_t>& padding = {0}, const std::vector<int64_t>& dilation = {1});
 // kernel == stride, no padding (the local op's only form): local on every rank, no halo.
 ShardTensor conv_transpose(const ShardTensor& x, const Tensor& w, const Tensor& bias = Tensor());
-// kernel == stride with padding 0 on a sharded dim: local (every extent a multiple of the stride). Stride 1 with an
-// odd kernel and padding <= kernel/2 on a sharded dim: halo of kernel/2 (avg pool counts the zero padding, as the
-// local op does; max pool pads the global edges with -inf, which never wins).
+// (patches/pool.cpp) Any kernel, stride and padding <= kernel/2 on sharded dims, any extents. kernel == stride with
+// padding 0 and every extent a multiple of the stride: local. Stride 1 with an odd kernel: halo of kernel/2, as
+// conv. Otherwise (any stride, even kernels): each rank computes the outputs whose window STARTS in its slices
+// (extents from every rank's extents), reading a right-only halo from the next rank (1 halo_exchange forward,
+// 1 back; none when no window crosses a boundary) or, for thin or zero-size shards, its window through 1
+// all_to_all_v (1 back). avg pool counts the zero padding, as the local op does; max pool pads the global edges
+// with -inf, which never wins.
 ShardTensor avg_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride = {},
                      const std::vector<int64_t>& padding = {0});
 ShardTensor max_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride = {},
@@ -295,8 +299,14 @@ ShardTensor scatter_add_global(const ShardTensor& x, int dim, const ShardTensor&
 // k nearest neighbours and ball query (radius search with a maximum neighbour count) with sharded points, indices
 // in GLOBAL numbering, plus the differentiable gather of neighbour features from a sharded feature tensor.
 // Points replicated: the local search, no collective; points Shard(0) on an axis: a ring of P-1 ring_shifts of
-// the point coordinates, the next block in flight while the current one is searched. No backward (integer
-// results); gather_neighbor_features is gather_global (its collectives above).
+// the point coordinates, the next block in flight while the current one is searched (every block travels, also
+// one every local query skips). No backward (integer results); gather_neighbor_features is gather_global (its
+// collectives above).
+
+// The block search: a KD-tree per ring block (nanoflann; the brute force where the build lacks it) that skips a
+// block for every query farther from its bounding box than the query's bound (radius, or its current k-th
+// distance), or every query against every point (the reference). Both give the same results bit for bit.
+enum class NeighborSearch { kdtree, brute_force };
 
 // Neighbours of each query, ordered by distance, then by global point index (deterministic on any mesh).
 struct Neighbors {
@@ -308,9 +318,11 @@ struct Neighbors {
 // points (Np, D), queries (Nq, D), same float dtype and mesh. Placements: points Shard(0) on at most one axis A
 // (the ring axis) and Replicate elsewhere; queries Shard(0) or Replicate on every axis. Results are placed like
 // the queries (no grad). (cpu): points or queries on a CUDA device are a DeviceError, never copied to the host.
-Neighbors knn(const ShardTensor& points, const ShardTensor& queries, int64_t k);
+Neighbors knn(const ShardTensor& points, const ShardTensor& queries, int64_t k,
+              NeighborSearch method = NeighborSearch::kdtree);
 // Ball query: the (at most max_points) nearest points with distance <= radius.
-Neighbors radius_search(const ShardTensor& points, const ShardTensor& queries, double radius, int64_t max_points);
+Neighbors radius_search(const ShardTensor& points, const ShardTensor& queries, double radius, int64_t max_points,
+                        NeighborSearch method = NeighborSearch::kdtree);
 
 // Neighbour features: features (Np, C...) placed like the points of the search, neighbours an i64 (Nq, k)
 // result of knn/radius_search -> (Nq, k, C...) placed like the neighbours; entries -1 give zero rows. The grads

@@ -12,6 +12,15 @@
 //   coordinates travel — nothing else is shifted. The next block's ring_shift_async is in flight while the current
 //   one is searched; each step merges the block into every query's running best list (insertion into a sorted
 //   list of at most k entries), so the results never exceed O(Nq_local * k).
+// The block search (kernels/cpu/neighbor_search.h), NeighborSearch::kdtree by default: a KD-tree (nanoflann) over
+//   the block, built only when some local query needs it: a query skips the block when the distance from it to
+//   the block's bounding box exceeds its bound (radius search: the radius; knn: its current k-th distance once
+//   it has k), which no point of the block could beat — exact, so the results are those of the brute force
+//   (NeighborSearch::brute_force, every query against every point) bit for bit, on any mesh. Cost per block:
+//   O(n log n) to build, about O(log n + k) per query searching it, instead of O(Nq_local * n).
+//   The ring still moves every block, also one that every local query skips: whether a rank needs a block is
+//   known only where that rank holds its queries, and the rank passing the block on needs it for its neighbour's
+//   neighbour, so skipping a transfer would take an agreement collective; the ring_shift count is unchanged.
 // Forward collectives (points sharded, P > 1): P - 1 ring_shift on A under "knn.forward" /
 //   "radius_search.forward"; step s sends the block of coordinate (me - s) mod P: bytes = sum over s = 0..P-2 of
 //   extent[(me - s) mod P] * D * itemsize (every block but the one this rank would receive back).
@@ -26,6 +35,7 @@
 #include <utility>
 
 #include "autograd/ops/common.h"
+#include "kernels/cpu/neighbor_search.h"
 #include "patches/dispatch.h"
 #include "patches/ops.h"
 #include "patches/patch_util.h"
@@ -38,10 +48,11 @@ struct SearchParams {
   const char* op;
   int64_t k;
   double radius2;  // +inf for knn
+  NeighborSearch method;
 };
 
 // Per query, its best (squared distance, global index) pairs, sorted, at most k.
-using Best = std::vector<std::vector<std::pair<double, int64_t>>>;
+using Best = kernels::cpu::NeighborLists;
 
 std::vector<double> host_f64(const Tensor& t) {
   const Tensor h = t.detach().to(Device::cpu()).to(DType::f64).contiguous();
@@ -49,27 +60,15 @@ std::vector<double> host_f64(const Tensor& t) {
   return std::vector<double>(p, p + h.numel());
 }
 
-// Merges the points block (n x d, global indices from `offset`) into `best`.
+// Merges the points block (global indices from `offset`) into `best` with the chosen method; both give the same
+// lists bit for bit (kernels/cpu/neighbor_search.h).
 void search_block(Best& best, const std::vector<double>& q, const std::vector<double>& pts, int64_t d,
                   int64_t offset, const SearchParams& sp) {
-  const int64_t nq = static_cast<int64_t>(best.size()), np = d == 0 ? 0 : static_cast<int64_t>(pts.size()) / d;
-  for (int64_t i = 0; i < nq; ++i) {
-    auto& list = best[i];
-    const double* qi = q.data() + i * d;
-    for (int64_t j = 0; j < np; ++j) {
-      const double* pj = pts.data() + j * d;
-      double d2 = 0;
-      for (int64_t c = 0; c < d; ++c) {
-        const double diff = qi[c] - pj[c];
-        d2 += diff * diff;
-      }
-      if (!(d2 <= sp.radius2)) continue;
-      const std::pair<double, int64_t> cand{d2, offset + j};
-      if (static_cast<int64_t>(list.size()) == sp.k && !(cand < list.back())) continue;
-      list.insert(std::upper_bound(list.begin(), list.end(), cand), cand);
-      if (static_cast<int64_t>(list.size()) > sp.k) list.pop_back();
-    }
-  }
+  const int64_t np = d == 0 ? 0 : static_cast<int64_t>(pts.size()) / d;
+  if (sp.method == NeighborSearch::brute_force)
+    kernels::cpu::merge_block_brute(best, q.data(), pts.data(), np, d, offset, sp.k, sp.radius2);
+  else
+    kernels::cpu::merge_block_indexed(best, q.data(), pts.data(), np, d, offset, sp.k, sp.radius2);
 }
 
 Neighbors results(const Best& best, const ShardTensor& points, const ShardTensor& queries, const SearchParams& sp) {
@@ -156,25 +155,27 @@ Neighbors search(const ShardTensor& points, const ShardTensor& queries, const Se
 
 }  // namespace
 
-Neighbors knn(const ShardTensor& points, const ShardTensor& queries, int64_t k) {
-  using P = Patch<Neighbors(ShardTensor, ShardTensor, int64_t)>;
+Neighbors knn(const ShardTensor& points, const ShardTensor& queries, int64_t k, NeighborSearch method) {
+  using P = Patch<Neighbors(ShardTensor, ShardTensor, int64_t, NeighborSearch)>;
   static const std::vector<P> table = {
-      {"knn/points-ring-or-local", [](const ShardTensor& p, const ShardTensor& q, int64_t) { return accepts(p, q); },
-       [](const ShardTensor& p, const ShardTensor& q, int64_t kk) {
-         return search(p, q, {"knn", kk, std::numeric_limits<double>::infinity()});
+      {"knn/points-ring-or-local",
+       [](const ShardTensor& p, const ShardTensor& q, int64_t, NeighborSearch) { return accepts(p, q); },
+       [](const ShardTensor& p, const ShardTensor& q, int64_t kk, NeighborSearch m) {
+         return search(p, q, {"knn", kk, std::numeric_limits<double>::infinity(), m});
        }}};
-  return dispatch_patch("knn", table, {&points, &queries}, points, queries, k);
+  return dispatch_patch("knn", table, {&points, &queries}, points, queries, k, method);
 }
 
-Neighbors radius_search(const ShardTensor& points, const ShardTensor& queries, double radius, int64_t max_points) {
-  using P = Patch<Neighbors(ShardTensor, ShardTensor, double, int64_t)>;
+Neighbors radius_search(const ShardTensor& points, const ShardTensor& queries, double radius, int64_t max_points,
+                        NeighborSearch method) {
+  using P = Patch<Neighbors(ShardTensor, ShardTensor, double, int64_t, NeighborSearch)>;
   static const std::vector<P> table = {
       {"radius_search/points-ring-or-local",
-       [](const ShardTensor& p, const ShardTensor& q, double, int64_t) { return accepts(p, q); },
-       [](const ShardTensor& p, const ShardTensor& q, double r, int64_t m) {
-         return search(p, q, {"radius_search", m, r < 0 ? -1.0 : r * r});
+       [](const ShardTensor& p, const ShardTensor& q, double, int64_t, NeighborSearch) { return accepts(p, q); },
+       [](const ShardTensor& p, const ShardTensor& q, double r, int64_t m, NeighborSearch how) {
+         return search(p, q, {"radius_search", m, r < 0 ? -1.0 : r * r, how});
        }}};
-  return dispatch_patch("radius_search", table, {&points, &queries}, points, queries, radius, max_points);
+  return dispatch_patch("radius_search", table, {&points, &queries}, points, queries, radius, max_points, method);
 }
 
 ShardTensor gather_neighbor_features(const ShardTensor& features, const ShardTensor& neighbors) {

@@ -1,14 +1,10 @@
-// Sharded pooling (avg, max), upsampling (nearest, linear) and padding over sharded spatial dims.
+// Sharded upsampling (nearest, linear) and padding over sharded spatial dims (pooling: patches/pool.cpp).
 //
 // Accepted placements (all): x (B, C, *spatial), every mesh axis Replicate or Shard(d) with d the batch dim or a
 //   spatial dim; a sharded channel dim or Partial -> MissingShardPatch. Per sharded spatial dim (extents e_j, L
 //   their sum, o_j offsets), the op's configuration picks the path; anything not listed is a MissingShardPatch:
 //
 //   op, configuration                        when (extents)                    output extent   forward / backward
-//   pool k == s, p == 0                      every e_j a positive multiple     e_j / s         none / none
-//   pool s == 1, k odd: halo k/2, as conv    every e_j >= max(k/2, 1)          as conv         1 halo_exchange
-//                                            else (general halo)               as conv         1 all_to_all_v
-//   pool, any k/s/p                          an axis of one rank               the local op's  none / none
 //   upsample_nearest, out = f * L            any, zero-size included           f * e_j         none / none
 //   upsample_linear, align_corners = false   no zero-size shard                f * e_j         1 halo_exchange
 //                                            a zero-size shard                 f * e_j         1 all_to_all_v
@@ -18,28 +14,21 @@
 //   pad circular                             e_last >= lo, e_first >= hi       e_j + lo | hi   2 ring_shift
 //
 // Arguments: checked first, by the local ops' rules and with their messages, against x's GLOBAL shape (dtype,
-//   rank, kernel/stride/padding counts and ranges, padding <= kernel / 2, the window fitting; upsample output
-//   sizes; pad counts, crops and reflect widths): the local op's typed error for the global tensor, the same on
-//   every rank, before any plan or collective. What the local op accepts but no patch splits (a non-integer
+//   rank, upsample output sizes; pad counts, crops and reflect widths): the local op's typed error for the
+//   global tensor, the same on every rank, before any plan or collective. What the local op accepts but no patch splits (a non-integer
 //   upsample factor, negative pads on a sharded dim, ...) is the MissingShardPatch of the table.
-// "as conv": the output extents and the halo/general-halo collectives of patches/conv.cpp (e_j / s, or
-//   e_j + lw_j + rw_j - 2h, or the general path's centre ownership, 0 on a zero-size shard); max_pool fills the
-//   global edges with -inf (which never wins), avg_pool counts the zero padding as the local op does. "lo | hi":
-//   pad's lo on coordinate 0 and hi on the last coordinate; pads apply at the GLOBAL edges only.
+// "lo | hi": pad's lo on coordinate 0 and hi on the last coordinate; pads apply at the GLOBAL edges only.
 // Forward collectives, under "<op>.forward":
-//   halo_exchange (pooling: h slices; upsample_linear: 1 slice) to each existing neighbour, the last pooling
-//     one overlapped with the interior pooling; upsample_linear replicates the global edges locally, as the
-//     serial op clamps.
-//   all_to_all_v (patch::halo_window): pooling as conv's general path; upsample_linear: coordinate j receives
-//     the slices of [o_j - 1, o_j + e_j + 1) ∩ [0, L) it does not own, rank r sending sum_{j != r}
-//     |own_r ∩ window_j| slices.
+//   halo_exchange (upsample_linear: 1 slice) to each existing neighbour; upsample_linear replicates the global
+//     edges locally, as the serial op clamps.
+//   all_to_all_v (patch::halo_window): upsample_linear: coordinate j receives the slices of
+//     [o_j - 1, o_j + e_j + 1) ∩ [0, L) it does not own, rank r sending sum_{j != r} |own_r ∩ window_j| slices.
 //   ring_shift (pad circular, P > 1): the last rank sends lo slices to the first, the first hi slices to the
 //     last; the other ranks take part with empty messages.
 // Backward collectives: one halo_exchange (ring_shift, all_to_all_v) per forward one, same axis, under
 //   "<op>.backward", the reverse counts (the halo grads return to their owners); no parameters, no all-reduce.
 // Saved for backward per rank: the local op's on the halo-padded local input: O(local + halo).
 #include "autograd/ops/common.h"
-#include "kernels/cpu/conv.h"
 #include "patches/dispatch.h"
 #include "patches/errors.h"
 #include "patches/ops.h"
@@ -47,7 +36,6 @@
 #include "patches/window.h"
 
 #include <algorithm>
-#include <limits>
 
 namespace shardrt {
 
@@ -56,18 +44,6 @@ namespace {
 [[noreturn]] void missing(const char* op, const ShardTensor& x, const std::string& why) {
   throw MissingShardPatch(
       detail::concat(op, ": no patch for placements ", describe_placements({&x}), " on ", x.spec().str(), ": ", why));
-}
-
-ShardTensor pool(const char* op, bool is_max, const ShardTensor& x, const std::vector<int64_t>& kernel,
-                 const std::vector<int64_t>& stride, const std::vector<int64_t>& padding) {
-  // The local op's argument checks on the global tensor, before any plan or collective (identical on every rank).
-  const patch::WindowPlan plan =
-      patch::plan_window(x, ops_detail::check_pool_args(op, patch::global_stand_in(x), kernel, stride, padding));
-  if (!plan.why_not.empty()) missing(op, x, plan.why_not);
-  const double edge = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
-  return patch::run_window(op, x, plan, edge, [&](const Tensor& in) {
-    return is_max ? max_pool(in, kernel, plan.stride, plan.padding) : avg_pool(in, kernel, plan.stride, plan.padding);
-  });
 }
 
 // Per sharded spatial dim of an upsample: the integer factor f and every coordinate's output extent.
@@ -131,16 +107,6 @@ std::vector<int64_t> pads_on(int ndim, int d, int64_t lo, int64_t hi) {
 }
 
 }  // namespace
-
-ShardTensor avg_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
-                     const std::vector<int64_t>& padding) {
-  return pool("avg_pool", false, x, kernel, stride, padding);
-}
-
-ShardTensor max_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
-                     const std::vector<int64_t>& padding) {
-  return pool("max_pool", true, x, kernel, stride, padding);
-}
 
 ShardTensor upsample_nearest(const ShardTensor& x, const std::vector<int64_t>& out_size_in) {
   const std::vector<int64_t> out_size =

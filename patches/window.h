@@ -1,7 +1,8 @@
 // Internal (not installed): the halo op and the window plan shared by the window ops — conv and conv_transpose
-// (patches/conv.cpp), pooling, linear upsampling and circular padding (patches/pool_upsample_pad.cpp). The
-// halo op itself, its slab and general-window forms and the ring wrap live in patches/halo.cpp; the window plan
-// (placement_problem, plan_window, run_window, wrap_output) in patches/conv.cpp.
+// (patches/conv.cpp), pooling (patches/pool.cpp, which adds its strided "start ownership" plan on top), linear
+// upsampling and circular padding (patches/pool_upsample_pad.cpp). The halo op itself, its slab and
+// general-window forms and the ring wrap live in patches/halo.cpp; the window plan (placement_problem,
+// plan_window, run_window, wrap_output) in patches/conv.cpp.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -1,8 +1,9 @@
 // Sharded pooling, upsampling and padding against the serial fp64 oracle on 1-D meshes and the 2x2 mesh: local
-// kernel == stride pooling, halo pooling (avg counts the zero padding, max pads with -inf), nearest upsampling
-// (local) and linear upsampling (halo of one slice), constant/reflect/replicate padding at the global edges only;
-// the exact halo exchanges in the ledger, the MissingShardPatch cases, and the bad arguments refused with the local
-// op's error on every rank before any collective.
+// kernel == stride pooling, stride-1 halo pooling (avg counts the zero padding, max pads with -inf; strided and
+// even kernels: test_pool.cpp), nearest upsampling (local) and linear upsampling (halo of one slice),
+// constant/reflect/replicate padding at the global edges only; the exact halo exchanges in the ledger, the
+// MissingShardPatch cases, and the bad arguments refused with the local op's error on every rank before any
+// collective.
 #include "tests/patches/bad_input_testing.h"
 
 using namespace shardrt;
@@ -262,12 +263,10 @@ TEST_CASE("patch pool/upsample/pad: MissingShardPatch for what cannot be split e
   const Mesh& line = line_mesh();
   const int p = line.size();
   const ShardTensor x = distribute(rnd({1, 2, 13}, 230), line, on_line(Placement::Shard(2)));
-  if (p > 1) {
-    CHECK_THROWS_AS(avg_pool(x, {2}), MissingShardPatch);            // 13 is not a multiple of the stride
-    CHECK_THROWS_AS(max_pool(x, {3}, {2}, {1}), MissingShardPatch);  // stride 2 with kernel 3
-  } else {
-    CHECK(avg_pool(x, {2}).global_shape() == Shape{1, 2, 6});  // one rank: the local op
-  }
+  // Pooling splits any stride and kernel (13 not a multiple of the stride, stride 2 with kernel 3): see
+  // tests/patches/test_pool.cpp for their parity and collectives.
+  CHECK(avg_pool(x, {2}).global_shape() == Shape{1, 2, 6});
+  CHECK(max_pool(x, {3}, {2}, {1}).global_shape() == Shape{1, 2, 7});
   CHECK_THROWS_AS(upsample_nearest(x, {20}), MissingShardPatch);   // not an integer factor
   CHECK_THROWS_AS(upsample_linear(x, {26}, true), MissingShardPatch);
   if (p >= 2) {

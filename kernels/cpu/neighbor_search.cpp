@@ -1,0 +1,162 @@
+// The block search of knn / radius_search (kernels/cpu/neighbor_search.h): a brute-force reference and a
+// KD-tree (nanoflann) with bounding-box skipping, both merging exactly by (squared distance, global index).
+#include "kernels/cpu/neighbor_search.h"
+#include "kernels/neighbor_search_config.h"  // generated: SHARDRT_WITH_NANOFLANN
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#if SHARDRT_WITH_NANOFLANN
+#include <nanoflann.hpp>
+#endif
+
+namespace shardrt::kernels::cpu {
+
+namespace {
+
+using List = std::vector<std::pair<double, int64_t>>;
+
+// The one squared distance every path uses: differences summed in dim order, in f64.
+inline double dist2(const double* a, const double* b, int64_t d) {
+  double s = 0;
+  for (int64_t c = 0; c < d; ++c) {
+    const double diff = a[c] - b[c];
+    s += diff * diff;
+  }
+  return s;
+}
+
+// Inserts (d2, index) when it belongs among the k best with d2 <= radius2.
+inline void offer(List& list, double d2, int64_t index, int64_t k, double radius2) {
+  if (!(d2 <= radius2)) return;
+  const std::pair<double, int64_t> cand{d2, index};
+  if (static_cast<int64_t>(list.size()) == k && !(cand < list.back())) return;
+  list.insert(std::upper_bound(list.begin(), list.end(), cand), cand);
+  if (static_cast<int64_t>(list.size()) > k) list.pop_back();
+}
+
+// No point farther than this can enter the list (ties at it can, by index).
+inline double bound(const List& list, int64_t k, double radius2) {
+  return static_cast<int64_t>(list.size()) == k ? std::min(radius2, list.back().first) : radius2;
+}
+
+// Squared distance from q to the box [lo, hi]: a lower bound of dist2(q, p) for every p in the box, also in
+// floating point (each gap is at most |q_c - p_c| after rounding, squares and the in-order sum are monotone).
+inline double box_dist2(const double* q, const double* lo, const double* hi, int64_t d) {
+  double s = 0;
+  for (int64_t c = 0; c < d; ++c) {
+    const double gap = q[c] < lo[c] ? lo[c] - q[c] : (q[c] > hi[c] ? q[c] - hi[c] : 0.0);
+    s += gap * gap;
+  }
+  return s;
+}
+
+#if SHARDRT_WITH_NANOFLANN
+// The block as nanoflann's dataset: row-major n x d doubles.
+struct BlockPoints {
+  const double* pts;
+  int64_t n, d;
+  size_t kdtree_get_point_count() const { return static_cast<size_t>(n); }
+  double kdtree_get_pt(size_t i, size_t c) const { return pts[static_cast<int64_t>(i) * d + static_cast<int64_t>(c)]; }
+  template <class Box>
+  bool kdtree_get_bbox(Box&) const {
+    return false;
+  }
+};
+
+// The tree's metric: dist2 itself (so the tree's distances are the merge's, bit for bit).
+struct ExactL2 {
+  using ElementType = double;
+  using DistanceType = double;
+  const BlockPoints& data;
+  explicit ExactL2(const BlockPoints& points) : data(points) {}
+  double evalMetric(const double* a, size_t b, size_t size) const {
+    return dist2(a, data.pts + static_cast<int64_t>(b) * data.d, static_cast<int64_t>(size));
+  }
+  template <typename U, typename V>
+  double accum_dist(const U a, const V b, size_t) const {
+    return (a - b) * (a - b);
+  }
+};
+
+using Tree = nanoflann::KDTreeSingleIndexAdaptor<ExactL2, BlockPoints, -1, size_t>;
+
+// nanoflann's result-set interface over one query's list: the tree admits points strictly below worstDist(), so
+// the bound is widened by a relative 1e-12 (ties at the bound, and the rounding of the tree's incremental box
+// distances, are then admitted); offer() decides exactly.
+struct ListResult {
+  List& list;
+  int64_t k, offset;
+  double radius2;
+  double worstDist() const {
+    const double b = bound(list, k, radius2);
+    return std::isinf(b) ? b : b * (1 + 1e-12) + std::numeric_limits<double>::min();
+  }
+  bool addPoint(double d2, size_t i) {
+    offer(list, d2, offset + static_cast<int64_t>(i), k, radius2);
+    return true;
+  }
+  bool full() const { return static_cast<int64_t>(list.size()) == k; }
+  size_t size() const { return list.size(); }
+};
+#endif
+
+}  // namespace
+
+bool neighbor_index_available() {
+#if SHARDRT_WITH_NANOFLANN
+  return true;
+#else
+  return false;
+#endif
+}
+
+void merge_block_brute(NeighborLists& best, const double* q, const double* pts, int64_t n, int64_t d, int64_t offset,
+                       int64_t k, double radius2) {
+  const int64_t nq = static_cast<int64_t>(best.size());
+#pragma omp parallel for schedule(dynamic, 64) if (nq * n > 65536)
+  for (int64_t i = 0; i < nq; ++i)
+    for (int64_t j = 0; j < n; ++j) offer(best[i], dist2(q + i * d, pts + j * d, d), offset + j, k, radius2);
+}
+
+BlockSearchStats merge_block_indexed(NeighborLists& best, const double* q, const double* pts, int64_t n, int64_t d,
+                                     int64_t offset, int64_t k, double radius2) {
+  BlockSearchStats stats;
+  const int64_t nq = static_cast<int64_t>(best.size());
+  if (n == 0 || nq == 0) return stats;
+  // The block's bounding box; a query whose distance to it exceeds its bound skips the block.
+  std::vector<double> lo(pts, pts + d), hi(pts, pts + d);
+  for (int64_t j = 1; j < n; ++j)
+    for (int64_t c = 0; c < d; ++c) {
+      lo[c] = std::min(lo[c], pts[j * d + c]);
+      hi[c] = std::max(hi[c], pts[j * d + c]);
+    }
+  std::vector<char> needs(static_cast<size_t>(nq), 0);
+  for (int64_t i = 0; i < nq; ++i) {
+    needs[i] = !(box_dist2(q + i * d, lo.data(), hi.data(), d) > bound(best[i], k, radius2));
+    stats.searched += needs[i];
+  }
+  stats.skipped = nq - stats.searched;
+  if (stats.searched == 0) return stats;
+#if SHARDRT_WITH_NANOFLANN
+  const BlockPoints block{pts, n, d};
+  Tree tree(static_cast<int>(d), block, nanoflann::KDTreeSingleIndexAdaptorParams(16));
+  stats.tree_built = true;
+  const nanoflann::SearchParams params;
+#pragma omp parallel for schedule(dynamic, 256) if (nq > 1024)
+  for (int64_t i = 0; i < nq; ++i) {
+    if (!needs[i]) continue;
+    ListResult result{best[i], k, offset, radius2};
+    tree.findNeighbors(result, q + i * d, params);
+  }
+#else
+#pragma omp parallel for schedule(dynamic, 64) if (nq * n > 65536)
+  for (int64_t i = 0; i < nq; ++i)
+    if (needs[i])
+      for (int64_t j = 0; j < n; ++j) offer(best[i], dist2(q + i * d, pts + j * d, d), offset + j, k, radius2);
+#endif
+  return stats;
+}
+
+}  // namespace shardrt::kernels::cpu
