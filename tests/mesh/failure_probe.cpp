@@ -7,7 +7,7 @@
 //   hang          the last rank is stuck in local work far beyond the deadline; the others time out in the
 //                 all_reduce.
 //   kill:<kind>   rank 1 (of 3) enters <kind> and SIGKILLs itself 100 ms later, inside it; ranks 0 and 2 enter
-//                 <kind> 300 ms after it and time out there (in the first call, or in a second one of the same
+//                 <kind> once it is dead and time out there (in the first call, or in a second one of the same
 //                 kind where what the victim had sent already completed the first). Kinds: every collective of Communicator
 //                 (all_reduce, broadcast from rank 1, barrier, all_gather(_v), reduce_scatter(_v),
 //                 all_to_all(_v), agree), ring_shift(_async), halo_exchange(_async), recv (point to point, both
@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -57,6 +58,31 @@ void die_in(int ms) {
     sleep_ms(ms);
     kill(getpid(), SIGKILL);
   }).detach();
+}
+
+// True once process `pid` (a rank on this node) has died: gone, or a zombie its launcher has not reaped yet.
+bool is_dead(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return true;
+  char state = '?';
+  // "pid (comm) state ...": the state follows the last ')' (comm may contain spaces or parentheses)
+  char line[512];
+  const std::size_t n = std::fread(line, 1, sizeof line - 1, f);
+  std::fclose(f);
+  line[n] = '\0';
+  if (const char* close = std::strrchr(line, ')'); close != nullptr && close[1] == ' ') state = close[2];
+  return state == 'Z' || state == 'X';
+}
+
+// The kill modes' order of events, fixed by the victim's death rather than by sleeps, so that it holds however
+// loaded the machine is: the victim enters the call and dies inside it 100 ms later, still waiting for the
+// others; they enter only once it is dead, so the call can never complete with it alive.
+void victim_dies_inside(bool victim, pid_t victim_pid) {
+  if (victim) {
+    die_in(100);
+    return;
+  }
+  while (!is_dead(victim_pid)) sleep_ms(10);
 }
 
 // Enters `kind` on `c` (a 3-rank communicator). Returns false for an unknown kind.
@@ -124,17 +150,19 @@ int main(int argc, char** argv) {
     } else if (mode.rfind("kill:", 0) == 0) {
       const std::string kind = mode.substr(5);
       SHARDRT_CHECK(size == 3, ValueError, "failure probe: kill modes run on 3 ranks, not ", size);
+      // Every rank runs on this node in the probe (mpiexec -n 3 on one host), so the victim's pid says when it died.
+      pid_t pids[3];
+      const pid_t me = getpid();
+      MPI_Allgather(&me, sizeof me, MPI_BYTE, pids, sizeof me, MPI_BYTE, MPI_COMM_WORLD);
       if (kind == "finalize") {
-        if (victim) die_in(100);
-        else sleep_ms(300);
+        victim_dies_inside(victim, pids[1]);
         finalize_mpi();
         std::printf("failure probe: finalize_mpi returned on rank %d, which should be impossible\n", rank);
         return 0;
       }
       {
         Mesh mesh = Mesh::one_d(MPI_COMM_WORLD, "domain");  // built by every rank: they leave it together
-        if (victim) die_in(100);
-        else sleep_ms(300);
+        victim_dies_inside(victim, pids[1]);
         // Twice: what the victim sent before it died may complete the first call on some survivors (a barrier's
         // first round); nothing completes the second.
         for (int i = 0; i < 2; ++i)
