@@ -113,7 +113,9 @@ Communicator::Communicator(MPI_Comm comm, std::string axis, CommOptions opts) {
   transport_ = opts.cuda_transport;
   if (opts.cuda_device >= 0) cuda_device_ = opts.cuda_device;
   else if (opts.cuda_device == CommOptions::bind_by_local_rank) {
-    Device bound = bound_device(node_local(core_->comm).rank);
+    Device bound = bound_device(
+        node_local(core_->comm, {detail::concat("Communicator '", core_->axis, "'"), core_->timeout_s, core_->policy})
+            .rank);
     cuda_device_ = bound.is_cuda() ? bound.index : -1;
   }
 

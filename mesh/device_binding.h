@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h>
 
+#include "mesh/guarded_call.h"
 #include "runtime/device.h"
 
 namespace shardrt {
@@ -12,8 +13,9 @@ struct NodeLocal {
   int size = 1;  // ranks of `comm` on this node
 };
 
-// Collective over `comm` (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED).
-NodeLocal node_local(MPI_Comm comm);
+// Collective over `comm` (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED), guarded under ctx's deadline and
+// policy (mesh/guarded_call.h): a rank that never calls it is a CommError naming MPI_Comm_split_type on the others.
+NodeLocal node_local(MPI_Comm comm, const GuardContext& ctx = {"node_local"});
 // cuda:(local_rank mod device count), or cpu when no CUDA device is usable.
 Device bound_device(int local_rank);
 

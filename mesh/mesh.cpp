@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "mesh/device_binding.h"
+#include "mesh/guarded_call.h"
 #include "mesh/mpi_call.h"
 #include "runtime/errors.h"
 
@@ -128,7 +129,9 @@ Mesh::Mesh(MPI_Comm comm, std::vector<std::string> axis_names, std::vector<int> 
     rest /= m.shape[a];
   }
 
-  m.local = node_local(comm);
+  // The set-up calls below that have no non-blocking form meet under the deadline first (mesh/guarded_call.h).
+  const GuardContext guard{describe(m.names, m.shape), opts.timeout_s, opts.failure};
+  m.local = node_local(comm, guard);
   m.device = opts.cuda_device >= 0                     ? Device::cuda(opts.cuda_device)
              : opts.cuda_device == CommOptions::no_gpu ? Device::cpu()
                                                        : bound_device(m.local.rank);
@@ -146,7 +149,9 @@ Mesh::Mesh(MPI_Comm comm, std::vector<std::string> axis_names, std::vector<int> 
     MPI_Comm sub = MPI_COMM_NULL;
     {
       ErrorsReturnScope errors_return(comm);
-      check_mpi(MPI_Comm_split(comm, color, m.coords[a], &sub), "MPI_Comm_split", str() + " axis '" + m.names[a] + "'");
+      const std::string call = "MPI_Comm_split on axis '" + m.names[a] + "'";
+      check_mpi(guarded_mpi_call(comm, guard, call, [&] { return MPI_Comm_split(comm, color, m.coords[a], &sub); }),
+                call.c_str(), guard.who);
     }
     // The split is only the parent of the axis' own duplicate; its errors must not be fatal either.
     MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
@@ -199,7 +204,7 @@ Mesh Mesh::sub(const std::string& axis) const {
   m.coords = {impl_->coords[a]};
   m.rank = comm->rank();
   m.size = comm->size();
-  m.local = node_local(comm->mpi_comm());
+  m.local = node_local(comm->mpi_comm(), {str() + ".sub('" + axis + "')", comm->timeout(), comm->failure_policy()});
   m.device = impl_->device;
   m.axes = {comm};
   return Mesh(std::move(impl));

@@ -3,6 +3,8 @@
 #include <memory>
 #include <ostream>
 
+#include "mesh/finalize.h"
+
 namespace shardrt::tools {
 
 MpiSession::MpiSession(int& argc, char**& argv) {
@@ -11,7 +13,8 @@ MpiSession::MpiSession(int& argc, char**& argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }
 
-MpiSession::~MpiSession() { MPI_Finalize(); }
+// Under the communication deadline: a peer that died cannot hang the end of the tool (mesh/finalize.h).
+MpiSession::~MpiSession() { finalize_mpi(); }
 
 std::optional<int> MpiSession::parse(CLI::App& app, int argc, char** argv) const {
   try {

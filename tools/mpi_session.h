@@ -22,7 +22,8 @@ class MpiSession {
  public:
   // MPI_Init, which may take MPI's own arguments out of argc and argv.
   MpiSession(int& argc, char**& argv);
-  // MPI_Finalize, once everything declared after the session is gone.
+  // finalize_mpi (mesh/finalize.h: MPI_Finalize under the communication deadline), once everything declared
+  // after the session is gone.
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;

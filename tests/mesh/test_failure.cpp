@@ -1,11 +1,18 @@
 // Failure handling inside one job: typed argument errors on every rank, agree_or_throw, the timeout setting,
-// and CommErrors from timeouts and size mismatches under the throw_error policy (the abort_job policy, which
-// takes the job down, is exercised by the failure_probe program and its driver).
+// CommErrors from timeouts and size mismatches under the throw_error policy, the deadline of the set-up calls
+// without a non-blocking form (the Mesh constructor's splits) and the watchdog's timing (the abort_job policy and
+// the watchdog ending a process are exercised by the failure_probe program and its driver).
+#include <atomic>
+#include <chrono>
 #include <optional>
+#include <thread>
 
 #include "mesh/agree.h"
 #include "mesh/communicator.h"
 #include "mesh/deadline.h"
+#include "mesh/device_binding.h"
+#include "mesh/mesh.h"
+#include "mesh/watchdog.h"
 #include "mesh_testing.h"
 #include "runtime/errors.h"
 
@@ -170,4 +177,100 @@ TEST_CASE("failure: a message of the wrong size is a CommError, not stale data",
     CHECK_THROWS_WITH(c.recv(buf, 0, 0), Catch::Contains("received 3 elements from rank 0, expected 5"));
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// ---- set-up calls without a non-blocking form (mesh/guarded_call.h) ----
+
+namespace {
+
+// Called by the rank that stayed away: once the others gave up (they meet it in the world barrier after their
+// CommError), matches by hand the deadline barrier they abandoned on `comm`, so that the collectives on `comm`
+// line up again (a non-blocking collective only matches a non-blocking one).
+void join_abandoned_barrier(MPI_Comm comm) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Request req;
+  MPI_Ibarrier(comm, &req);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+}
+
+std::string world_ranks_str(int p) {
+  std::string s = "{";
+  for (int i = 0; i < p; ++i) s += (i ? ", " : "") + std::to_string(i);
+  return s + "}";
+}
+
+}  // namespace
+
+TEST_CASE("failure: a rank that skips the Mesh constructor's MPI_Comm_split is a CommError on the others",
+          "[mesh][failure]") {
+  const int p = world_size(), r = world_rank();
+  if (p < 2) {
+    WARN("skipped: needs a rank that stays away");
+    return;
+  }
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);  // the abandoned barrier stays on this communicator
+  if (r == p - 1) {
+    // Takes part in the constructor's first set-up call (the node-local split), then never in the axis split.
+    NodeLocal local = node_local(comm);
+    CHECK(local.size >= 1);
+    join_abandoned_barrier(comm);
+  } else {
+    Deadline clock(0);
+    const std::string expected = "CommError [rank " + std::to_string(r) + "]: Mesh(ddp=1, domain=" +
+                                 std::to_string(p) + "): MPI_Comm_split on axis 'ddp': timed out after 0.3 s " +
+                                 "waiting for world ranks " + world_ranks_str(p) + " to reach it";
+    CHECK_THROWS_WITH(Mesh(comm, 1, p, throwing(0.3)), Catch::StartsWith(expected));
+    CHECK(clock.elapsed() >= 0.3);
+    CHECK(clock.elapsed() < 3.0);  // the deadline, not a hang
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Comm_free(&comm);
+}
+
+TEST_CASE("failure: a rank that never builds the mesh is a CommError naming its first set-up call",
+          "[mesh][failure]") {
+  const int p = world_size(), r = world_rank();
+  if (p < 2) {
+    WARN("skipped: needs a rank that stays away");
+    return;
+  }
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  if (r == 0) {
+    join_abandoned_barrier(comm);  // late, after the others gave up
+  } else {
+    CHECK_THROWS_WITH(Mesh(comm, {"domain", "ddp"}, {-1, 1}, throwing(0.2)),
+                      Catch::StartsWith("CommError [rank " + std::to_string(r) + "]: Mesh(domain=" +
+                                         std::to_string(p) + ", ddp=1)") &&
+                          Catch::Contains("MPI_Comm_split_type (the ranks sharing a node): timed out after 0.2 s"));
+    CHECK_THROWS_AS(Mesh(MPI_COMM_NULL, 1, 1, throwing(0.2)), ValueError);  // local checks still come first
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Comm_free(&comm);
+}
+
+TEST_CASE("failure: the watchdog fires once its deadline passes, and never once disarmed", "[mesh][failure]") {
+  std::atomic<int> fired{0};
+  std::string said;
+  {
+    Watchdog w("MPI_Comm_split: still blocked", 0.05, [&](const std::string& m) {
+      said = m;
+      fired.fetch_add(1);
+    });
+    Deadline wait(5);
+    while (fired.load() == 0 && !wait.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(wait.elapsed() >= 0.05);
+  }
+  CHECK(fired.load() == 1);
+  CHECK(said == "MPI_Comm_split: still blocked");
+
+  Deadline clock(0);
+  {
+    Watchdog w("never", 30, [&](const std::string&) { fired.fetch_add(1); });
+  }
+  CHECK(clock.elapsed() < 1.0);  // disarming does not wait out the deadline
+  CHECK(fired.load() == 1);
 }
