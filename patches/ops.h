@@ -140,9 +140,10 @@ ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, cons
                  const std::vector<int64_t>& padding = {0}, const std::vector<int64_t>& dilation = {1});
 // kernel == stride, no padding (the local op's only form): local on every rank, no halo.
 ShardTensor conv_transpose(const ShardTensor& x, const Tensor& w, const Tensor& bias = Tensor());
-// kernel == stride with padding 0 on a sharded dim: local (every extent a multiple of the stride). Stride 1 with an
-// odd kernel and padding <= kernel/2 on a sharded dim: halo of kernel/2 (avg pool counts the zero padding, as the
-// local op does; max pool pads the global edges with -inf, which never wins).
+// kernel == stride with padding 0 on a sharded dim: local (every extent a positive multiple of the stride; a
+// zero-size shard is a MissingShardPatch). Stride 1 with an odd kernel and padding <= kernel/2 on a sharded dim:
+// halo of kernel/2 (avg pool counts the zero padding, as the local op does; max pool pads the global edges with
+// -inf, which never wins).
 ShardTensor avg_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride = {},
                      const std::vector<int64_t>& padding = {0});
 ShardTensor max_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride = {},
@@ -152,7 +153,7 @@ ShardTensor max_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, c
 ShardTensor upsample_nearest(const ShardTensor& x, const std::vector<int64_t>& out_size);
 ShardTensor upsample_linear(const ShardTensor& x, const std::vector<int64_t>& out_size, bool align_corners = false);
 // `pads` as in autograd/ops.h. Constant/reflect/replicate are applied at the GLOBAL edges only (the first rank's low
-// side, the last rank's high side); no collective. Circular wraps between the first and last rank of the axis
+// side, the last rank's high side; an empty shard between them pads nothing); no collective. Circular wraps between the first and last rank of the axis
 // (the ring neighbours): two ring_shifts per sharded dim forward and backward.
 ShardTensor pad(const ShardTensor& x, const std::vector<int64_t>& pads, PadMode mode = PadMode::constant,
                 double value = 0.0);

@@ -64,6 +64,11 @@ ShardTensor pool(const char* op, bool is_max, const ShardTensor& x, const std::v
   const patch::WindowPlan plan =
       patch::plan_window(x, ops_detail::check_pool_args(op, patch::global_stand_in(x), kernel, stride, padding));
   if (!plan.why_not.empty()) missing(op, x, plan.why_not);
+  // kernel == stride takes positive multiples only: the local op refuses an empty shard, which would throw on the
+  // empty ranks alone and leave the others waiting in their next collective.
+  for (const patch::WindowDim& dp : plan.dims)
+    if (dp.kind == patch::WindowKind::patchify && std::count(dp.out_extents.begin(), dp.out_extents.end(), 0) > 0)
+      missing(op, x, "kernel == stride with a zero-size shard on dim " + std::to_string(dp.dim));
   const double edge = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
   return patch::run_window(op, x, plan, edge, [&](const Tensor& in) {
     return is_max ? max_pool(in, kernel, plan.stride, plan.padding) : avg_pool(in, kernel, plan.stride, plan.padding);
@@ -245,7 +250,9 @@ ShardTensor pad(const ShardTensor& x, const std::vector<int64_t>& pads, PadMode 
   // graph (and the order the backward engine runs other ops' collectives in) is the same on every rank.
   bool any = false;
   for (int64_t v : pads) any = any || v != 0;
-  if (any) y = pad(y, local, mode, value);
+  // An empty shard has nothing to reflect or replicate (its local pads are 0 where it is empty); the local op
+  // would refuse reflect (0, 0) on an empty dim, on that rank alone. Constant gives the same empty result.
+  if (any) y = pad(y, local, y.numel() == 0 ? PadMode::constant : mode, value);
   return patch::wrap_output(x, y, dims);
 }
 
