@@ -298,3 +298,72 @@ TEST_CASE("patch conv: bad arguments are the local op's error on every rank, bef
     CHECK(r.ok);
   }
 }
+
+// ---- configurations the contract accepts, each with its exact collectives (issue 9) ----------------------------
+
+TEST_CASE("patch conv: batch dim sharded, no halo, any stride; the w|b grads reduced once", "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  for (const ExtentsCase& e : extents_cases(5, p)) {
+    ShardedCase c = sharded_case("conv1d batch sharded " + e.name, {rnd({5, 2, 9}, 180)}, {on_line(S(0))},
+                                 {{e.extents}});
+    c.params = {rnd({3, 2, 3}, 181), rnd({3}, 182)};
+    check_patch(line, conv_fn({1}, {1}, {1}), c,
+                {{"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(3 * 2 * 3 + 3, 8, p)}});
+    // The spatial dims are whole on every rank: stride 2 and dilation 2 are the local op's.
+    ShardedCase s = sharded_case("conv2d batch sharded, stride 2, dilation 2 " + e.name, {rnd({5, 2, 9, 8}, 183)},
+                                 {on_line(S(0))}, {{e.extents}});
+    s.params = {rnd({3, 2, 3, 3}, 184), rnd({3}, 185)};
+    check_patch(line, conv_fn({2}, {1}, {2}), s,
+                {{"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(3 * 2 * 9 + 3, 8, p)}});
+  }
+}
+
+TEST_CASE("patch conv: conv1d (batch x L) and conv3d (D x H) on the 2x2 mesh", "[patch][conv]") {
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  const int cx = grid.coord("dx"), cy = grid.coord("dy");
+  // conv1d: batch over dx (uneven, and a zero-size batch shard), L over dy; the halo slice along L is the local
+  // batch's B x C values.
+  for (const Extents& eb : {split_extents(3, 2), Extents{0, 3}}) {
+    ShardedCase c = sharded_case("conv1d 2x2 batch " + std::to_string(eb[0]) + "|" + std::to_string(eb[1]),
+                                 {rnd({3, 2, 11}, 186)}, {{S(0), S(2)}}, {{eb, split_extents(11, 2)}});
+    c.params = {rnd({3, 2, 3}, 187), rnd({3}, 188)};
+    const int64_t wb = all_reduce_bytes(3 * 2 * 3 + 3, 8, 2);
+    std::vector<ExpectedComm> want = halo_comms("dy", halo_bytes(cy, 2, 1, eb[cx] * 2 * 8), wb);
+    want.push_back({"conv.backward", "all_reduce", "dx", 1, wb});
+    check_patch(grid, conv_fn({1}, {1}, {1}), c, want);
+  }
+  // conv3d: D over dx first, on the local block (slice 2 * eh * W); then H over dy on the D-padded block, whose
+  // D extent is ed + h + pad (the halo on the inner side, the zero padding at the global edge).
+  for (int64_t pad : {1, 0}) {
+    ShardedCase c = sharded_case("conv3d 2x2 pad " + std::to_string(pad), {rnd({1, 2, 7, 6, 3}, 189)},
+                                 {{S(2), S(3)}});
+    c.params = {rnd({2, 2, 3, 3, 3}, 190), rnd({2}, 191)};
+    const int64_t ed = split_extents(7, 2)[cx], eh = split_extents(6, 2)[cy];
+    const int64_t wb = all_reduce_bytes(2 * 2 * 27 + 2, 8, 2);
+    std::vector<ExpectedComm> want = halo_comms("dx", 2 * eh * 3 * 8, wb);
+    for (const ExpectedComm& e : halo_comms("dy", 2 * (ed + 1 + pad) * 3 * 8, wb)) want.push_back(e);
+    check_patch(grid, conv_fn({1}, {pad}, {1}), c, want);
+  }
+}
+
+TEST_CASE("patch conv: dilation 2 and kernel 5 (halo 2) on the 2x2 mesh", "[patch][conv]") {
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  struct Cfg {
+    const char* name;
+    int64_t k, pad, dil;
+  };
+  const int64_t eh = split_extents(11, 2)[grid.coord("dx")], ew = split_extents(12, 2)[grid.coord("dy")];
+  for (const Cfg& cfg : {Cfg{"k3 d2 p2", 3, 2, 2}, Cfg{"k5 p2", 5, 2, 1}, Cfg{"k5 p1", 5, 1, 1}}) {
+    const int64_t h = cfg.dil * (cfg.k - 1) / 2;
+    ShardedCase c = sharded_case(std::string("conv2d 2x2 ") + cfg.name, {rnd({1, 2, 11, 12}, 192)}, {{S(2), S(3)}});
+    c.params = {rnd({3, 2, cfg.k, cfg.k}, 193), rnd({3}, 194)};
+    // H: h slices of the local block (2 * ew each); W: h slices of the H-padded block (2 * (eh + h + pad) each).
+    const int64_t wb = all_reduce_bytes(3 * 2 * cfg.k * cfg.k + 3, 8, 2);
+    std::vector<ExpectedComm> want = halo_comms("dx", h * 2 * ew * 8, wb);
+    for (const ExpectedComm& e : halo_comms("dy", h * 2 * (eh + h + cfg.pad) * 8, wb)) want.push_back(e);
+    check_patch(grid, conv_fn({1}, {cfg.pad}, {cfg.dil}), c, want);
+  }
+}

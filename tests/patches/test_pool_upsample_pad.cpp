@@ -345,3 +345,76 @@ TEST_CASE("patch upsample: one output size for every spatial dim, as the local o
   const ShardTensor y = upsample_linear(distribute(rnd({1, 2, 6, 6}, 243), line, on_line(S(2))), {12});
   CHECK(y.global_shape() == Shape{1, 2, 12, 12});
 }
+
+// ---- configurations the contract accepts, each with its exact collectives (issue 9) ----------------------------
+
+TEST_CASE("patch upsample: trilinear and 3-D nearest, 1-D mesh and 2x2", "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size(), r = line.rank();
+  // D sharded: trilinear takes one slice (2 * H * W values) from each neighbour; nearest is local.
+  ShardedCase tl = sharded_case("trilinear D sharded", {rnd({1, 2, 7, 3, 2}, 250)}, {on_line(S(2))});
+  check_patch(line, one([](const ShardTensor& x) { return upsample_linear(x, {14, 6, 4}); }), tl,
+              halo_lines("upsample_linear", "domain", halo_bytes(r, p, 1, 2 * 3 * 2 * 8)));
+  for (const ExtentsCase& e : extents_cases(7, p)) {
+    ShardedCase n = sharded_case("nearest 3-D D sharded " + e.name, {rnd({1, 2, 7, 3, 2}, 251)}, {on_line(S(2))},
+                                 {{e.extents}});
+    check_patch(line, one([](const ShardTensor& x) { return upsample_nearest(x, {14, 9, 4}); }), n, {});
+  }
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  // D over dx, H over dy: D first on the local block (slice 2 * eh * W), then H on the D-padded block (ed + 2:
+  // the halo and the replicated global edge).
+  const int64_t ed = split_extents(5, 2)[grid.coord("dx")], eh = split_extents(6, 2)[grid.coord("dy")];
+  ShardedCase g = sharded_case("trilinear 2x2", {rnd({1, 2, 5, 6, 3}, 252)}, {{S(2), S(3)}});
+  std::vector<ExpectedComm> want = halo_lines("upsample_linear", "dx", 2 * eh * 3 * 8);
+  for (const ExpectedComm& e : halo_lines("upsample_linear", "dy", 2 * (ed + 2) * 3 * 8)) want.push_back(e);
+  check_patch(grid, one([](const ShardTensor& x) { return upsample_linear(x, {10, 12, 6}); }), g, want);
+  for (const AxisExtents& ext : grid_extents(5, 6)) {
+    ShardedCase n = sharded_case("nearest 3-D 2x2", {rnd({1, 2, 5, 6, 3}, 253)}, {{S(2), S(3)}}, {ext});
+    check_patch(grid, one([](const ShardTensor& x) { return upsample_nearest(x, {10, 12, 9}); }), n, {});
+  }
+}
+
+TEST_CASE("patch pad: constant and replicate on the 2x2 mesh, no collective", "[patch][conv]") {
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  const auto ext = grid_extents(7, 6);  // uneven; and H's first coordinate empty
+  for (const AxisExtents& e : ext) {
+    ShardedCase c = sharded_case("pad constant 2x2", {rnd({1, 2, 7, 6}, 254)}, {{S(2), S(3)}}, {e});
+    check_patch(grid, one([](const ShardTensor& x) { return pad(x, {1, 2, 2, 1}, PadMode::constant, 0.5); }), c, {});
+  }
+  ShardedCase c = sharded_case("pad replicate 2x2", {rnd({1, 2, 7, 6}, 255)}, {{S(2), S(3)}}, {ext[0]});
+  check_patch(grid, one([](const ShardTensor& x) { return pad(x, {1, 2, 2, 1}, PadMode::replicate); }), c, {});
+  // Replicating the low H edge from an empty first shard: refused on every rank, no collective.
+  grid.flat().ledger().reset();
+  const ShardTensor xs = distribute(rnd({1, 2, 7, 6}, 255), grid, {S(2), S(3)}, ext[1]);
+  CHECK_THROWS_AS(pad(xs, {1, 2, 2, 1}, PadMode::replicate), MissingShardPatch);
+  CHECK(grid.flat().ledger().total_calls() == 0);
+}
+
+TEST_CASE("patch pool/pad: zero-size shards the local op would refuse on that rank alone", "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  if (p < 3) return;  // the cases need an empty shard between two non-empty ones
+  // Reflect padding with an empty interior shard: its local pads are (0, 0), which the local op refuses for an
+  // empty dim; the patch pads nothing there (it was a ShapeError on the empty rank, the others hung).
+  const Extents e = split_around_zero(11, p);
+  ShardedCase c = sharded_case("pad reflect, zero-size interior shard", {rnd({1, 2, 11, 3}, 256)}, {on_line(S(2))},
+                               {{e}});
+  check_patch(line, one([](const ShardTensor& x) { return pad(x, {1, 1, 2, 1}, PadMode::reflect); }), c, {});
+  // kernel == stride pooling takes positive multiples only: a zero-size shard is refused on every rank before any
+  // local op (it was a ShapeError on the empty rank, the others hung).
+  Extents twice = e;
+  for (int64_t& v : twice) v *= 2;
+  const ShardTensor xs = distribute(rnd({1, 2, 22}, 257), line, on_line(S(2)), AxisExtents{twice});
+  for (bool is_max : {false, true}) {
+    bool refused = false;
+    try {
+      (void)(is_max ? max_pool(xs, {2}) : avg_pool(xs, {2}));
+    } catch (const MissingShardPatch& err) {
+      refused = std::string(err.what()).find("zero-size shard") != std::string::npos;
+    }
+    CHECK(refused);
+    CHECK(same_on_every_rank(refused));
+  }
+}
