@@ -256,18 +256,22 @@ TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[pa
     ShardedCase zt = sharded_case("conv_transpose1d zero-size shard", {x}, {on_line(Placement::Shard(2))},
                                   {{e.extents}});
     zt.params = {rnd({2, 2, 2}, 147), rnd({2}, 150)};
+    line.flat().ledger().reset();
     const ShardedCheckResult ztr = check_sharded(line, conv_transpose_fn, zt);
     INFO(ztr.report);
     CHECK(ztr.ok);
+    check_ledger(line, {{"conv_transpose.backward", "all_reduce", "domain", 1, all_reduce_bytes(2 * 2 * 2 + 2, 8, p)}});
     std::vector<int64_t> doubled = e.extents;  // patchify needs extents that are multiples of the stride
     int64_t total = 0;
     for (int64_t& v : doubled) total += (v *= 2);
     ShardedCase zp = sharded_case("conv1d patchify zero-size shard", {rnd({1, 2, total}, 151)},
                                   {on_line(Placement::Shard(2))}, {{doubled}});
     zp.params = {rnd({3, 2, 2}, 152), rnd({3}, 153)};
+    line.flat().ledger().reset();
     const ShardedCheckResult zpr = check_sharded(line, conv_fn({2}, {0}, {1}), zp);
     INFO(zpr.report);
     CHECK(zpr.ok);
+    check_ledger(line, {{"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(3 * 2 * 2 + 3, 8, p)}});
   }
 }
 

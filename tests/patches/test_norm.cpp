@@ -185,9 +185,15 @@ TEST_CASE("patch group_norm: f32 input, large offset: f64 merged statistics stay
   // parameter grads' f32 all-reduce (~6e-7 absolute). A mean rounded to f32 (ulp of 1e3 ~6e-5) would show as
   // ~2e-5 in the output; a one-pass variance (E[x^2] ~ 1e6 in f32) would be off by ~1e-1.
   c.atol = c.rtol = 1e-6;
+  line.flat().ledger().reset();
   const ShardedCheckResult r = check_sharded(line, fn, c);
   INFO(r.report);
   CHECK(r.ok);
+  // Statistics in f64 (2 * N * groups values), the affine grads in f32.
+  const int p = line.size();
+  check_ledger(line, {{"group_norm.forward", "all_gather", "domain", 1, all_gather_bytes(2 * 2, 8, p)},
+                      {"group_norm.backward", "all_reduce", "domain", 2,
+                       all_reduce_bytes(2 * 2, 8, p) + all_reduce_bytes(8, 4, p)}});
 }
 
 TEST_CASE("patch group_norm: two spatial dims sharded on 2x2, and batch x spatial", "[norm]") {

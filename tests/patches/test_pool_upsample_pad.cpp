@@ -290,12 +290,14 @@ TEST_CASE("patch pool/upsample/pad: MissingShardPatch for what cannot be split e
     INFO(zr.report);
     CHECK(zr.ok);
     // Nearest upsampling is local: the zero-size shard upsamples to an empty one.
+    line.flat().ledger().reset();
     const ShardedCheckResult nr =
         check_sharded(line, one([](const ShardTensor& t) { return upsample_nearest(t, {26}); }),
                       sharded_case("nearest x2 zero-size shard", {rnd({1, 2, 13}, 234)}, {on_line(Placement::Shard(2))},
                                    {{e.extents}}));
     INFO(nr.report);
     CHECK(nr.ok);
+    check_ledger(line, {});
     // Linear upsampling takes the general halo (all_to_all_v; bytes checked in test_halo.cpp).
     const ShardedCheckResult lr =
         check_sharded(line, one([](const ShardTensor& t) { return upsample_linear(t, {26}); }),
@@ -337,11 +339,13 @@ TEST_CASE("patch pool/upsample/pad: bad arguments are the local op's error on ev
 TEST_CASE("patch upsample: one output size for every spatial dim, as the local op takes it", "[patch][conv]") {
   const Mesh& line = line_mesh();
   // (1, 2, 6, 6) sharded along H, resized to (12, 12) from the one entry {12}.
+  line.flat().ledger().reset();
   const ShardedCheckResult r =
       check_sharded(line, one([](const ShardTensor& t) { return upsample_nearest(t, {12}); }),
                     sharded_case("nearest {12} on 6x6", {rnd({1, 2, 6, 6}, 242)}, {on_line(S(2))}));
   INFO(r.report);
   CHECK(r.ok);
+  check_ledger(line, {});  // nearest is local
   const ShardTensor y = upsample_linear(distribute(rnd({1, 2, 6, 6}, 243), line, on_line(S(2))), {12});
   CHECK(y.global_shape() == Shape{1, 2, 12, 12});
 }
