@@ -4,6 +4,7 @@
 // ledger, the MissingShardPatch cases (decided identically on every rank), and the bad arguments refused with the
 // local op's error on every rank before any collective.
 #include "tests/patches/bad_input_testing.h"
+#include "tests/patches/halo_bytes.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
@@ -240,9 +241,13 @@ TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[pa
     // its bytes are checked in test_halo.cpp).
     ShardedCase thin = sharded_case("conv1d k5 on shards of 1", {rnd({1, 2, p}, 145)}, {on_line(Placement::Shard(2))});
     thin.params = {rnd({2, 2, 5}, 146), rnd({2}, 148)};
+    line.flat().ledger().reset();
     const ShardedCheckResult tr = check_sharded(line, conv_fn({1}, {2}, {1}), thin);
     INFO(tr.report);
     CHECK(tr.ok);
+    std::vector<ExpectedComm> tw = halo_or_general("conv", "domain", split_extents(p, p), 2, 2, line.rank(), 2 * 8);
+    tw.push_back({"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(2 * 2 * 5 + 2, 8, p)});
+    check_ledger(line, tw);
   }
   for (const ExtentsCase& e : extents_cases(13, p)) {
     if (e.name != "zero-size shard") continue;
@@ -250,9 +255,13 @@ TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[pa
     // rank an empty output shard (and it still joins the weight-grad all_reduce).
     ShardedCase z = sharded_case("conv1d zero-size shard", {x}, {on_line(Placement::Shard(2))}, {{e.extents}});
     z.params = {w3, rnd({2}, 149)};
+    line.flat().ledger().reset();
     const ShardedCheckResult zr = check_sharded(line, conv_fn({1}, {1}, {1}), z);
     INFO(zr.report);
     CHECK(zr.ok);
+    std::vector<ExpectedComm> zw = halo_or_general("conv", "domain", e.extents, 1, 1, line.rank(), 2 * 8);
+    zw.push_back({"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(2 * 2 * 3 + 2, 8, p)});
+    check_ledger(line, zw);
     ShardedCase zt = sharded_case("conv_transpose1d zero-size shard", {x}, {on_line(Placement::Shard(2))},
                                   {{e.extents}});
     zt.params = {rnd({2, 2, 2}, 147), rnd({2}, 150)};
@@ -286,9 +295,13 @@ TEST_CASE("patch conv: bad arguments are the local op's error on every rank, bef
     // The job goes on: a halo conv on the same layout (its collectives pair up on every rank).
     ShardedCase ok = sharded_case("conv1d after the bad inputs", {x}, {on_line(S(2))}, {{e.extents}});
     ok.params = {rnd({2, 2, 3}, 161), rnd({2}, 162)};
+    line.flat().ledger().reset();
     const ShardedCheckResult r = check_sharded(line, conv_fn({1}, {1}, {1}), ok);
     INFO(r.report);
     CHECK(r.ok);
+    std::vector<ExpectedComm> want = halo_or_general("conv", "domain", e.extents, 1, 1, line.rank(), 2 * 8);
+    want.push_back({"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(2 * 2 * 3 + 2, 8, line.size())});
+    check_ledger(line, want);
   }
   if (!has_grid()) return;
   const Tensor x2 = rnd({1, 2, 9, 7}, 174);

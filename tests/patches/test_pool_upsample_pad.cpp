@@ -4,6 +4,7 @@
 // the exact halo exchanges in the ledger, the MissingShardPatch cases, and the bad arguments refused with the local
 // op's error on every rank before any collective.
 #include "tests/patches/bad_input_testing.h"
+#include "tests/patches/halo_bytes.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
@@ -273,22 +274,26 @@ TEST_CASE("patch pool/upsample/pad: MissingShardPatch for what cannot be split e
   if (p >= 2) {
     const ShardTensor thin = distribute(rnd({1, 2, p}, 231), line, on_line(Placement::Shard(2)));
     // Halo 2 on shards of 1: the general halo (all_to_all_v; bytes checked in test_halo.cpp).
+    line.flat().ledger().reset();
     const ShardedCheckResult tr = check_sharded(
         line, one([](const ShardTensor& t) { return max_pool(t, {5}, {1}, {2}); }),
         sharded_case("max_pool k5 on shards of 1", {rnd({1, 2, p}, 231)}, {on_line(Placement::Shard(2))}));
     INFO(tr.report);
     CHECK(tr.ok);
+    check_ledger(line, halo_or_general("max_pool", "domain", split_extents(p, p), 2, 2, line.rank(), 2 * 8));
     CHECK_THROWS_AS(pad(thin, {1, 1}, PadMode::reflect), MissingShardPatch);
     CHECK_THROWS_AS(pad(thin, {2, 0}, PadMode::circular), MissingShardPatch);  // 2 slices from a shard of 1
   }
   for (const ExtentsCase& e : extents_cases(13, p)) {
     if (e.name != "zero-size shard") continue;
+    line.flat().ledger().reset();
     const ShardedCheckResult zr =
         check_sharded(line, one([](const ShardTensor& t) { return avg_pool(t, {3}, {1}, {1}); }),
                       sharded_case("avg_pool zero-size shard", {rnd({1, 2, 13}, 232)}, {on_line(Placement::Shard(2))},
                                    {{e.extents}}));
     INFO(zr.report);
     CHECK(zr.ok);
+    check_ledger(line, halo_or_general("avg_pool", "domain", e.extents, 1, 1, line.rank(), 2 * 8));
     // Nearest upsampling is local: the zero-size shard upsamples to an empty one.
     line.flat().ledger().reset();
     const ShardedCheckResult nr =
@@ -299,12 +304,14 @@ TEST_CASE("patch pool/upsample/pad: MissingShardPatch for what cannot be split e
     CHECK(nr.ok);
     check_ledger(line, {});
     // Linear upsampling takes the general halo (all_to_all_v; bytes checked in test_halo.cpp).
+    line.flat().ledger().reset();
     const ShardedCheckResult lr =
         check_sharded(line, one([](const ShardTensor& t) { return upsample_linear(t, {26}); }),
                       sharded_case("linear x2 zero-size shard", {rnd({1, 2, 13}, 233)}, {on_line(Placement::Shard(2))},
                                    {{e.extents}}));
     INFO(lr.report);
     CHECK(lr.ok);
+    check_ledger(line, halo_or_general("upsample_linear", "domain", e.extents, 1, 1, line.rank(), 2 * 8));
   }
 }
 
@@ -317,11 +324,17 @@ TEST_CASE("patch pool/upsample/pad: bad arguments are the local op's error on ev
     const ShardTensor xs = distribute(x, line, on_line(S(2)), AxisExtents{e.extents});
     check_rejected(line_bad_inputs(x, xs, xi, distribute(xi, line, on_line(S(2)), AxisExtents{e.extents})));
     // The job goes on: a halo pool and a linear upsample on the same layout (their collectives pair up).
+    line.flat().ledger().reset();
     const ShardedCheckResult r = check_sharded(
         line, one([](const ShardTensor& t) { return upsample_linear(max_pool(t, {3}, {1}, {1}), {26}); }),
         sharded_case("max_pool, upsample_linear after the bad inputs", {x}, {on_line(S(2))}, {{e.extents}}));
     INFO(r.report);
     CHECK(r.ok);
+    // max_pool k3 p1 keeps the extents, so both halos follow the same rule over the same extents.
+    std::vector<ExpectedComm> want = halo_or_general("max_pool", "domain", e.extents, 1, 1, line.rank(), 2 * 8);
+    for (const ExpectedComm& l : halo_or_general("upsample_linear", "domain", e.extents, 1, 1, line.rank(), 2 * 8))
+      want.push_back(l);
+    check_ledger(line, want);
   }
   if (!has_grid()) return;
   const Tensor x2 = rnd({1, 2, 9, 7}, 241);
