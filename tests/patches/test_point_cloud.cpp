@@ -154,6 +154,30 @@ TEST_CASE("patch point cloud: neighbour features gathered from the owning shards
       for (const LedgerEntry& le : line.flat().ledger().entries())
         if (le.scope.rfind("gather_global.backward", 0) == 0) bwd += le.calls;
       CHECK(bwd == 1);
+      // And every line exact: the search's ring, then gather_global's request phase and rows (the queries, so
+      // the index, split by the split rule; rows of 2 f64 features).
+      const std::vector<int64_t>& nbr = brute_force(points, queries, ball ? 4 : 3, ball ? 0.9 : INFINITY).index;
+      const int64_t k = ball ? 4 : 3;
+      const Extents q_ext = split_extents(9, p);
+      const int me = line.axis("domain").rank();
+      int64_t asked = 0, served = 0, first = 0;
+      for (int j = 0; j < p; ++j) {
+        for (int64_t i = first * k; i < (first + q_ext[j]) * k; ++i) {
+          if (nbr[i] < 0) continue;
+          int owner = 0;
+          for (int64_t end = e.extents[0]; nbr[i] >= end; end += e.extents[owner]) ++owner;
+          if (j == me && owner != me) ++asked;
+          if (j != me && owner == me) ++served;
+        }
+        first += q_ext[j];
+      }
+      std::vector<ExpectedComm> want = ring(ball ? "radius_search.forward" : "knn.forward", "domain", p,
+                                            ring_bytes(e.extents, me, 3));
+      want.push_back({"gather_global.forward", "agree", "domain", 1, p - 1});
+      want.push_back({"gather_global.forward", "all_to_all", "domain", 1, 8 * (p - 1)});
+      want.push_back({"gather_global.forward", "all_to_all_v", "domain", 2, 8 * asked + served * 2 * 8});
+      want.push_back({"gather_global.backward", "all_to_all_v", "domain", 1, asked * 2 * 8});
+      check_ledger(line, want);
     }
 }
 
