@@ -45,6 +45,7 @@
 #include "autograd/ops/attention_block.h"
 #include "autograd/ops/common.h"
 #include "patches/dispatch.h"
+#include "patches/mutants.h"
 #include "patches/patch_util.h"
 #include "runtime/factories.h"
 
@@ -221,6 +222,8 @@ std::vector<Tensor> ring_backward(ShardedKvCtx& c, const std::vector<Tensor>& gr
   const Dims& g = c.g;
   const Tensor grad_out = grads[0].contiguous(), grad_lse = grads[1].contiguous();
   Tensor gq = zeros({c.q.numel()}, {c.q.dtype(), c.q.device()});
+  const Tensor lse = SHARDRT_MUTANT(ring_local_lse)  // test-only bugs: patches/mutants.h
+                         ? ops_detail::attention_block(kOp, c.q, c.kv, c.ek[r], g.dv, c.scale).lse : c.lse;
   auto scope = comm.ledger().scope(kBackward);
   Tensor cur = c.kv;
   Tensor g_sent, g_recv;  // the dK/dV accumulator last sent, and the one arriving for the next block
@@ -236,7 +239,8 @@ std::vector<Tensor> ring_backward(ShardedKvCtx& c, const std::vector<Tensor>& gr
     Tensor g_blk = Tensor::empty({kv_numel(g, nk)}, cur.dtype(), cur.device());
     in_slices(g.bh, {&kv_inflight, &g_inflight}, [&](int64_t b0, int64_t nb) {
       const ops_detail::AttentionBlockGrads bg = ops_detail::attention_block_backward(
-          kOp, c.q, cur, nk, c.scale, c.out, c.lse, grad_out, grad_lse, {b0, nb});
+          kOp, c.q, SHARDRT_MUTANT(ring_reuse_first_kv_block) ? c.kv : cur, nk, c.scale, c.out, lse, grad_out,
+          grad_lse, {b0, nb});
       accumulate_into(gq.narrow(0, b0 * g.nq * g.d, nb * g.nq * g.d), bg.q.view({-1}));
       place_heads(g_blk, bg.kv, g, b0, nb, nk);
     });
@@ -245,7 +249,7 @@ std::vector<Tensor> ring_backward(ShardedKvCtx& c, const std::vector<Tensor>& gr
       g_inflight.wait();
       accumulate_into(g_blk, g_recv);
     }
-    if (p > 1) {
+    if (p > 1 && !(s == p - 1 && SHARDRT_MUTANT(ring_skip_dkdv_home_hop))) {  // the mutant: patches/mutants.h
       g_sent = g_blk;
       g_recv = Tensor::empty({kv_numel(g, c.ek[mod(r - s - 1, p)])}, cur.dtype(), cur.device());
       g_inflight = comm.ring_shift_async(g_sent, g_recv);

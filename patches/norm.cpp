@@ -42,6 +42,7 @@
 
 #include "autograd/function.h"
 #include "patches/dispatch.h"
+#include "patches/mutants.h"
 #include "patches/ops.h"
 #include "patches/patch_util.h"
 #include "runtime/factories.h"
@@ -181,7 +182,8 @@ std::vector<Tensor> sharded_norm_backward(ShardedNormCtx& ctx, const std::vector
   const Tensor gh = ctx.has_w ? mul(ga, ctx.gamma) : ga;
   // dx = rstd (gh - mean(gh) - xhat mean(gh xhat)), the two group sums packed into one all-reduce.
   const Tensor sums = cat({sum(gh, {2, 3}, true), sum(mul(gh, xhat), {2, 3}, true)}, 0).contiguous();
-  patch::all_reduce_over(ctx.mesh, ctx.stat_axes, sums, ReduceOp::sum, ctx.op + ".backward");
+  const Tensor reduced = SHARDRT_MUTANT(norm_skip_stat_reduction) ? sums.narrow(0, 0, gh.size(0)) : sums;  // mutants.h
+  patch::all_reduce_over(ctx.mesh, ctx.stat_axes, reduced, ReduceOp::sum, ctx.op + ".backward");
   const int64_t a = gh.size(0);
   const double inv_n = 1.0 / ctx.count;
   const Tensor mean_gh = mul_scalar(sums.narrow(0, 0, a), inv_n);

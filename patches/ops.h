@@ -239,7 +239,7 @@ ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, cons
 // kernel == stride, no padding (the local op's only form): local on every rank, no halo.
 ShardTensor conv_transpose(const ShardTensor& x, const Tensor& w, const Tensor& bias = Tensor());
 // (patches/pool.cpp) Any kernel, stride and padding <= kernel/2 on sharded dims, any extents. kernel == stride with
-// padding 0 and every extent a multiple of the stride: local. Stride 1 with an odd kernel: halo of kernel/2, as
+// padding 0 and every extent a positive multiple of the stride: local (a zero-size shard takes the general path below). Stride 1 with an odd kernel: halo of kernel/2, as
 // conv. Otherwise (any stride, even kernels): each rank computes the outputs whose window STARTS in its slices
 // (extents from every rank's extents), reading a right-only halo from the next rank (1 halo_exchange forward,
 // 1 back; none when no window crosses a boundary) or, for thin or zero-size shards, its window through 1
@@ -254,7 +254,7 @@ ShardTensor max_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, c
 ShardTensor upsample_nearest(const ShardTensor& x, const std::vector<int64_t>& out_size);
 ShardTensor upsample_linear(const ShardTensor& x, const std::vector<int64_t>& out_size, bool align_corners = false);
 // `pads` as in autograd/ops.h. Constant/reflect/replicate are applied at the GLOBAL edges only (the first rank's low
-// side, the last rank's high side); no collective. Circular wraps between the first and last rank of the axis
+// side, the last rank's high side; an empty shard between them pads nothing); no collective. Circular wraps between the first and last rank of the axis
 // (the ring neighbours): two ring_shifts per sharded dim forward and backward.
 ShardTensor pad(const ShardTensor& x, const std::vector<int64_t>& pads, PadMode mode = PadMode::constant,
                 double value = 0.0);

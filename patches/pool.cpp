@@ -155,7 +155,13 @@ ShardTensor pool(const char* op, bool is_max, const ShardTensor& x, const std::v
     return [&, s, p](const Tensor& in) { return is_max ? max_pool(in, kernel, s, p) : avg_pool(in, kernel, s, p); };
   };
   const patch::WindowPlan conv_plan = patch::plan_window(x, args);
-  if (conv_plan.why_not.empty())
+  // kernel == stride runs locally only where every shard holds whole windows: the local op refuses an empty one, so
+  // a zero-size shard takes the general path (which handles it) instead of throwing on the empty ranks alone.
+  bool empty_patchify = false;
+  for (const patch::WindowDim& dp : conv_plan.dims)
+    empty_patchify = empty_patchify || (dp.kind == patch::WindowKind::patchify &&
+                                        std::count(dp.out_extents.begin(), dp.out_extents.end(), 0) > 0);
+  if (conv_plan.why_not.empty() && !empty_patchify)
     return patch::run_window(op, x, conv_plan, edge, local(conv_plan.stride, conv_plan.padding));
   const StridedPlan plan = plan_strided(x, args);
   return run_strided(op, x, plan, edge, local(args.stride, plan.padding));

@@ -211,7 +211,9 @@ ShardTensor pad(const ShardTensor& x, const std::vector<int64_t>& pads, PadMode 
   // graph (and the order the backward engine runs other ops' collectives in) is the same on every rank.
   bool any = false;
   for (int64_t v : pads) any = any || v != 0;
-  if (any) y = pad(y, local, mode, value);
+  // An empty shard has nothing to reflect or replicate (its local pads are 0 where it is empty); the local op
+  // would refuse reflect (0, 0) on an empty dim, on that rank alone. Constant gives the same empty result.
+  if (any) y = pad(y, local, y.numel() == 0 ? PadMode::constant : mode, value);
   return patch::wrap_output(x, y, dims);
 }
 

@@ -294,3 +294,85 @@ TEST_CASE("check_sharded: a malformed case is a ValueError", "[core][check][erro
   c.input_requires_grad = {true, false};
   CHECK_THROWS_AS(check_sharded(mesh, linear_rows(true), c), ValueError);
 }
+
+// ---- frozen inputs (issue 9) ------------------------------------------------------------------------------------
+
+namespace {
+
+// The local tensors `fn` received, one list per call: the serial oracle's leaves, then the sharded run's.
+ShardedFn recording(ShardedFn fn, std::shared_ptr<std::vector<std::vector<Tensor>>> seen) {
+  return [fn, seen](const std::vector<ShardTensor>& in, const std::vector<Tensor>& p) {
+    std::vector<Tensor> locals;
+    for (const ShardTensor& x : in) locals.push_back(x.local());
+    seen->push_back(locals);
+    return fn(in, p);
+  };
+}
+
+// The parity check with c.input_requires_grad, its exact collectives, and then, on both runs, the frozen inputs
+// neither require nor got a grad while every other input got one (check_sharded compared its values).
+void check_frozen(const Mesh& mesh, const ShardedFn& fn, const ShardedCase& c, const std::vector<ExpectedComm>& comms) {
+  auto seen = std::make_shared<std::vector<std::vector<Tensor>>>();
+  check_patch(mesh, recording(fn, seen), c, comms);
+  REQUIRE(seen->size() == 2);
+  for (const std::vector<Tensor>& call : *seen)
+    for (size_t i = 0; i < call.size(); ++i) {
+      INFO(c.name << ", input " << i << (c.input_requires_grad[i] ? " (trained)" : " (frozen)"));
+      CHECK(requires_grad(call[i]) == c.input_requires_grad[i]);
+      if (!c.input_requires_grad[i]) CHECK_FALSE(grad_of(call[i]).defined());
+      else CHECK((grad_of(call[i]).defined() || call[i].numel() == 0));
+    }
+}
+
+ShardedFn attention(KvStrategy strategy) {
+  return [strategy](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+    const AttentionShardOutput o = scaled_dot_product_attention(in[0], in[1], in[2], 0.6, strategy);
+    return std::vector<ShardTensor>{o.out, o.lse};
+  };
+}
+
+}  // namespace
+
+TEST_CASE("check_sharded: frozen inputs get no grad, the others the right one", "[core][check]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size(), r = line.rank();
+  // Elementwise: either operand frozen; no collective either way.
+  for (bool first_frozen : {true, false}) {
+    ShardedCase c = sharded_case(std::string("mul, ") + (first_frozen ? "a" : "b") + " frozen",
+                                 {rnd({7, 3}, 30), rnd({7, 3}, 31)}, {on_line(S(0)), on_line(S(0))});
+    c.input_requires_grad = {!first_frozen, first_frozen};
+    check_frozen(line, [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+      return std::vector<ShardTensor>{mul(in[0], in[1])};
+    }, c, {});
+  }
+  // Attention, q (1, 2, 7, 3), k (1, 2, 9, 3), v (1, 2, 9, 2): q frozen, or k and v frozen. The node's backward
+  // runs on every rank with its usual collectives (a packed K/V block of n keys: 2 * n * (3 + 2) f64).
+  const std::vector<Tensor> qkv = {rnd({1, 2, 7, 3}, 32), rnd({1, 2, 9, 3}, 33), rnd({1, 2, 9, 2}, 34)};
+  auto kv = [](int64_t n) { return 2 * n * 5 * 8; };
+  const Extents ek = split_extents(9, p);
+  const int64_t next = ek[(r + 1) % p];
+  std::vector<ExpectedComm> ring, gathered;
+  if (p > 1)
+    ring = {{"scaled_dot_product_attention.forward", "ring_shift", "domain", p - 1, kv(9 - next)},
+            {"scaled_dot_product_attention.backward", "ring_shift", "domain", 2 * p - 1, kv(9 - next) + kv(9)}};
+  gathered = {{"scaled_dot_product_attention.forward", "all_gather_v", "domain", 1, kv(ek[r]) * (p - 1)},
+              {"scaled_dot_product_attention.backward", "all_gather_v", "domain", 1, kv(ek[r]) * (p - 1)},
+              {"scaled_dot_product_attention.backward", "reduce_scatter_v", "domain", 1, kv(9 - ek[r])}};
+  const Placements seq = on_line(S(2));
+  for (const std::vector<bool>& trained : {std::vector<bool>{false, true, true}, std::vector<bool>{true, false, false}}) {
+    const std::string which = trained[0] ? "k, v frozen" : "q frozen";
+    ShardedCase c = sharded_case("ring attention, " + which, qkv, {seq, seq, seq});
+    c.input_requires_grad = trained;
+    check_frozen(line, attention(KvStrategy::ring), c, ring);
+    c.name = "all-gather attention, " + which;
+    check_frozen(line, attention(KvStrategy::all_gather), c, gathered);
+  }
+  // q replicated, k/v sharded (the LSE fold), q frozen: dq's all-reduce still runs (every rank records the node).
+  ShardedCase f = sharded_case("fold attention, q frozen", qkv, {on_line(R), seq, seq});
+  f.input_requires_grad = {false, true, true};
+  const int64_t rows = 2 * 7;
+  check_frozen(line, attention(KvStrategy::ring), f,
+               {{"scaled_dot_product_attention.forward", "all_reduce", "domain", 2,
+                 all_reduce_bytes(rows, 8, p) + all_reduce_bytes(rows * 3, 8, p)},
+                {"scaled_dot_product_attention.backward", "all_reduce", "domain", 1, all_reduce_bytes(rows * 3, 8, p)}});
+}

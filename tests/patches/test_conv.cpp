@@ -4,6 +4,7 @@
 // ledger, the MissingShardPatch cases (decided identically on every rank), and the bad arguments refused with the
 // local op's error on every rank before any collective.
 #include "tests/patches/bad_input_testing.h"
+#include "tests/patches/halo_bytes.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
@@ -240,9 +241,13 @@ TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[pa
     // its bytes are checked in test_halo.cpp).
     ShardedCase thin = sharded_case("conv1d k5 on shards of 1", {rnd({1, 2, p}, 145)}, {on_line(Placement::Shard(2))});
     thin.params = {rnd({2, 2, 5}, 146), rnd({2}, 148)};
+    line.flat().ledger().reset();
     const ShardedCheckResult tr = check_sharded(line, conv_fn({1}, {2}, {1}), thin);
     INFO(tr.report);
     CHECK(tr.ok);
+    std::vector<ExpectedComm> tw = halo_or_general("conv", "domain", split_extents(p, p), 2, 2, line.rank(), 2 * 8);
+    tw.push_back({"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(2 * 2 * 5 + 2, 8, p)});
+    check_ledger(line, tw);
   }
   for (const ExtentsCase& e : extents_cases(13, p)) {
     if (e.name != "zero-size shard") continue;
@@ -250,24 +255,32 @@ TEST_CASE("patch conv: MissingShardPatch for what cannot be split exactly", "[pa
     // rank an empty output shard (and it still joins the weight-grad all_reduce).
     ShardedCase z = sharded_case("conv1d zero-size shard", {x}, {on_line(Placement::Shard(2))}, {{e.extents}});
     z.params = {w3, rnd({2}, 149)};
+    line.flat().ledger().reset();
     const ShardedCheckResult zr = check_sharded(line, conv_fn({1}, {1}, {1}), z);
     INFO(zr.report);
     CHECK(zr.ok);
+    std::vector<ExpectedComm> zw = halo_or_general("conv", "domain", e.extents, 1, 1, line.rank(), 2 * 8);
+    zw.push_back({"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(2 * 2 * 3 + 2, 8, p)});
+    check_ledger(line, zw);
     ShardedCase zt = sharded_case("conv_transpose1d zero-size shard", {x}, {on_line(Placement::Shard(2))},
                                   {{e.extents}});
     zt.params = {rnd({2, 2, 2}, 147), rnd({2}, 150)};
+    line.flat().ledger().reset();
     const ShardedCheckResult ztr = check_sharded(line, conv_transpose_fn, zt);
     INFO(ztr.report);
     CHECK(ztr.ok);
+    check_ledger(line, {{"conv_transpose.backward", "all_reduce", "domain", 1, all_reduce_bytes(2 * 2 * 2 + 2, 8, p)}});
     std::vector<int64_t> doubled = e.extents;  // patchify needs extents that are multiples of the stride
     int64_t total = 0;
     for (int64_t& v : doubled) total += (v *= 2);
     ShardedCase zp = sharded_case("conv1d patchify zero-size shard", {rnd({1, 2, total}, 151)},
                                   {on_line(Placement::Shard(2))}, {{doubled}});
     zp.params = {rnd({3, 2, 2}, 152), rnd({3}, 153)};
+    line.flat().ledger().reset();
     const ShardedCheckResult zpr = check_sharded(line, conv_fn({2}, {0}, {1}), zp);
     INFO(zpr.report);
     CHECK(zpr.ok);
+    check_ledger(line, {{"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(3 * 2 * 2 + 3, 8, p)}});
   }
 }
 
@@ -282,9 +295,13 @@ TEST_CASE("patch conv: bad arguments are the local op's error on every rank, bef
     // The job goes on: a halo conv on the same layout (its collectives pair up on every rank).
     ShardedCase ok = sharded_case("conv1d after the bad inputs", {x}, {on_line(S(2))}, {{e.extents}});
     ok.params = {rnd({2, 2, 3}, 161), rnd({2}, 162)};
+    line.flat().ledger().reset();
     const ShardedCheckResult r = check_sharded(line, conv_fn({1}, {1}, {1}), ok);
     INFO(r.report);
     CHECK(r.ok);
+    std::vector<ExpectedComm> want = halo_or_general("conv", "domain", e.extents, 1, 1, line.rank(), 2 * 8);
+    want.push_back({"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(2 * 2 * 3 + 2, 8, line.size())});
+    check_ledger(line, want);
   }
   if (!has_grid()) return;
   const Tensor x2 = rnd({1, 2, 9, 7}, 174);
@@ -296,5 +313,74 @@ TEST_CASE("patch conv: bad arguments are the local op's error on every rank, bef
     const ShardedCheckResult r = check_sharded(grid_mesh(), conv_fn({1}, {1}, {1}), ok);
     INFO(r.report);
     CHECK(r.ok);
+  }
+}
+
+// ---- configurations the contract accepts, each with its exact collectives (issue 9) ----------------------------
+
+TEST_CASE("patch conv: batch dim sharded, no halo, any stride; the w|b grads reduced once", "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  for (const ExtentsCase& e : extents_cases(5, p)) {
+    ShardedCase c = sharded_case("conv1d batch sharded " + e.name, {rnd({5, 2, 9}, 180)}, {on_line(S(0))},
+                                 {{e.extents}});
+    c.params = {rnd({3, 2, 3}, 181), rnd({3}, 182)};
+    check_patch(line, conv_fn({1}, {1}, {1}), c,
+                {{"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(3 * 2 * 3 + 3, 8, p)}});
+    // The spatial dims are whole on every rank: stride 2 and dilation 2 are the local op's.
+    ShardedCase s = sharded_case("conv2d batch sharded, stride 2, dilation 2 " + e.name, {rnd({5, 2, 9, 8}, 183)},
+                                 {on_line(S(0))}, {{e.extents}});
+    s.params = {rnd({3, 2, 3, 3}, 184), rnd({3}, 185)};
+    check_patch(line, conv_fn({2}, {1}, {2}), s,
+                {{"conv.backward", "all_reduce", "domain", 1, all_reduce_bytes(3 * 2 * 9 + 3, 8, p)}});
+  }
+}
+
+TEST_CASE("patch conv: conv1d (batch x L) and conv3d (D x H) on the 2x2 mesh", "[patch][conv]") {
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  const int cx = grid.coord("dx"), cy = grid.coord("dy");
+  // conv1d: batch over dx (uneven, and a zero-size batch shard), L over dy; the halo slice along L is the local
+  // batch's B x C values.
+  for (const Extents& eb : {split_extents(3, 2), Extents{0, 3}}) {
+    ShardedCase c = sharded_case("conv1d 2x2 batch " + std::to_string(eb[0]) + "|" + std::to_string(eb[1]),
+                                 {rnd({3, 2, 11}, 186)}, {{S(0), S(2)}}, {{eb, split_extents(11, 2)}});
+    c.params = {rnd({3, 2, 3}, 187), rnd({3}, 188)};
+    const int64_t wb = all_reduce_bytes(3 * 2 * 3 + 3, 8, 2);
+    std::vector<ExpectedComm> want = halo_comms("dy", halo_bytes(cy, 2, 1, eb[cx] * 2 * 8), wb);
+    want.push_back({"conv.backward", "all_reduce", "dx", 1, wb});
+    check_patch(grid, conv_fn({1}, {1}, {1}), c, want);
+  }
+  // conv3d: D over dx first, on the local block (slice 2 * eh * W); then H over dy on the D-padded block, whose
+  // D extent is ed + h + pad (the halo on the inner side, the zero padding at the global edge).
+  for (int64_t pad : {1, 0}) {
+    ShardedCase c = sharded_case("conv3d 2x2 pad " + std::to_string(pad), {rnd({1, 2, 7, 6, 3}, 189)},
+                                 {{S(2), S(3)}});
+    c.params = {rnd({2, 2, 3, 3, 3}, 190), rnd({2}, 191)};
+    const int64_t ed = split_extents(7, 2)[cx], eh = split_extents(6, 2)[cy];
+    const int64_t wb = all_reduce_bytes(2 * 2 * 27 + 2, 8, 2);
+    std::vector<ExpectedComm> want = halo_comms("dx", 2 * eh * 3 * 8, wb);
+    for (const ExpectedComm& e : halo_comms("dy", 2 * (ed + 1 + pad) * 3 * 8, wb)) want.push_back(e);
+    check_patch(grid, conv_fn({1}, {pad}, {1}), c, want);
+  }
+}
+
+TEST_CASE("patch conv: dilation 2 and kernel 5 (halo 2) on the 2x2 mesh", "[patch][conv]") {
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  struct Cfg {
+    const char* name;
+    int64_t k, pad, dil;
+  };
+  const int64_t eh = split_extents(11, 2)[grid.coord("dx")], ew = split_extents(12, 2)[grid.coord("dy")];
+  for (const Cfg& cfg : {Cfg{"k3 d2 p2", 3, 2, 2}, Cfg{"k5 p2", 5, 2, 1}, Cfg{"k5 p1", 5, 1, 1}}) {
+    const int64_t h = cfg.dil * (cfg.k - 1) / 2;
+    ShardedCase c = sharded_case(std::string("conv2d 2x2 ") + cfg.name, {rnd({1, 2, 11, 12}, 192)}, {{S(2), S(3)}});
+    c.params = {rnd({3, 2, cfg.k, cfg.k}, 193), rnd({3}, 194)};
+    // H: h slices of the local block (2 * ew each); W: h slices of the H-padded block (2 * (eh + h + pad) each).
+    const int64_t wb = all_reduce_bytes(3 * 2 * cfg.k * cfg.k + 3, 8, 2);
+    std::vector<ExpectedComm> want = halo_comms("dx", h * 2 * ew * 8, wb);
+    for (const ExpectedComm& e : halo_comms("dy", h * 2 * (eh + h + cfg.pad) * 8, wb)) want.push_back(e);
+    check_patch(grid, conv_fn({1}, {cfg.pad}, {cfg.dil}), c, want);
   }
 }

@@ -206,3 +206,30 @@ TEST_CASE("patch index: unsupported placements are MissingShardPatch, bad indice
   const ShardTensor out_of_range = distribute(i64(v, {7, 2}), line, on_line(Placement::Shard(0)));
   CHECK_THROWS_AS(gather_global(x, 0, out_of_range), ValueError);
 }
+
+// ---- configurations the contract accepts, each with its exact collectives (issue 9) ----------------------------
+
+TEST_CASE("patch scatter_add_global on the 2x2 mesh: rows routed on dx, replicated over dy", "[index]") {
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  const int cx = coord(grid, "dx");
+  // x, the index and src all Shard(0) over dx and Replicate over dy: every dy coordinate routes the same rows on
+  // its own dx pair; nothing travels on dy (x's output and src's grad are complete on each copy).
+  auto scatter = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+    return std::vector<ShardTensor>{
+        scatter_add_global(in[0], 0, nbr_index(in[0].mesh(), in[1].placements()), in[1])};
+  };
+  const Placements rows = {S(0), R};
+  for (const Extents& x_ext : {split_extents(11, 2), Extents{2, 9}, Extents{0, 11}}) {
+    const auto [served, asked] = traffic(windows(kNbr, split_extents(7, 2), 2), x_ext, cx);
+    ShardedCase s = sharded_case("scatter_add_global 2x2 x " + std::to_string(x_ext[0]) + "|" +
+                                     std::to_string(x_ext[1]),
+                                 {rnd({11, 3}, 95), rnd({7, 2, 3}, 96)}, {rows, rows}, {{x_ext, {}}, {}});
+    check_patch(grid, scatter, s, routing_comms("scatter_add_global", "dx", 2, asked, asked, served, 3));
+  }
+  // An index sharded over dy, where x is Replicate: the sum would be partial there, no patch.
+  const ShardTensor x = distribute(rnd({11, 3}, 97), grid, rows);
+  const ShardTensor idx = nbr_index(grid, {R, S(0)});
+  const ShardTensor src = distribute(rnd({7, 2, 3}, 98), grid, {R, S(0)});
+  CHECK_THROWS_AS(scatter_add_global(x, 0, idx, src), MissingShardPatch);
+}

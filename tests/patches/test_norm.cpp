@@ -185,9 +185,15 @@ TEST_CASE("patch group_norm: f32 input, large offset: f64 merged statistics stay
   // parameter grads' f32 all-reduce (~6e-7 absolute). A mean rounded to f32 (ulp of 1e3 ~6e-5) would show as
   // ~2e-5 in the output; a one-pass variance (E[x^2] ~ 1e6 in f32) would be off by ~1e-1.
   c.atol = c.rtol = 1e-6;
+  line.flat().ledger().reset();
   const ShardedCheckResult r = check_sharded(line, fn, c);
   INFO(r.report);
   CHECK(r.ok);
+  // Statistics in f64 (2 * N * groups values), the affine grads in f32.
+  const int p = line.size();
+  check_ledger(line, {{"group_norm.forward", "all_gather", "domain", 1, all_gather_bytes(2 * 2, 8, p)},
+                      {"group_norm.backward", "all_reduce", "domain", 2,
+                       all_reduce_bytes(2 * 2, 8, p) + all_reduce_bytes(8, 4, p)}});
 }
 
 TEST_CASE("patch group_norm: two spatial dims sharded on 2x2, and batch x spatial", "[norm]") {
@@ -345,4 +351,35 @@ TEST_CASE("patch group_norm / layer_norm: unsupported placements are MissingShar
   const ShardTensor partial = sum(spatial, {2}, true);
   CHECK_THROWS_AS(group_norm(partial, 2), MissingShardPatch);
   CHECK_THROWS_AS(layer_norm(partial, {1}), MissingShardPatch);
+}
+
+// ---- configurations the contract accepts, each with its exact collectives (issue 9) ----------------------------
+
+TEST_CASE("patch group_norm: a zero-size batch shard joins every collective with empty statistics", "[norm]") {
+  auto fn = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>& w) {
+    return std::vector<ShardTensor>{group_norm(in[0], 2, w[0], w[1])};
+  };
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  if (p >= 3) {  // on fewer ranks an empty batch shard leaves the other rank everything: nothing is sharded
+    ShardedCase c = sharded_case("group_norm zero-size batch shard", {rnd({5, 4, 6}, 61)}, {on_line(S(0))},
+                                 {{split_around_zero(5, p)}});
+    c.params = affine({4}, 62);
+    check_patch(line, fn, c, {{"group_norm.backward", "all_reduce", "domain", 1, all_reduce_bytes(8, 8, p)}});
+  }
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  // Batch over dx with an empty coordinate (either one), spatial over dy: the empty rank all-gathers and reduces
+  // zero statistics (0 bytes) but takes part in every call.
+  for (const Extents& eb : {Extents{0, 3}, Extents{3, 0}}) {
+    ShardedCase c = sharded_case("group_norm 2x2 batch " + std::to_string(eb[0]) + "|" + std::to_string(eb[1]),
+                                 {rnd({3, 4, 7}, 63)}, {{S(0), S(2)}}, {{eb, split_extents(7, 2)}});
+    c.params = affine({4}, 64);
+    const int64_t n_local = eb[coord(grid, "dx")];
+    check_patch(grid, fn, c,
+                {{"group_norm.forward", "all_gather", "dy", 1, all_gather_bytes(2 * n_local * 2, 8, 2)},
+                 {"group_norm.backward", "all_reduce", "dy", 2,
+                  all_reduce_bytes(2 * n_local * 2, 8, 2) + all_reduce_bytes(8, 8, 2)},
+                 {"group_norm.backward", "all_reduce", "dx", 1, all_reduce_bytes(8, 8, 2)}});
+  }
 }

@@ -154,6 +154,30 @@ TEST_CASE("patch point cloud: neighbour features gathered from the owning shards
       for (const LedgerEntry& le : line.flat().ledger().entries())
         if (le.scope.rfind("gather_global.backward", 0) == 0) bwd += le.calls;
       CHECK(bwd == 1);
+      // And every line exact: the search's ring, then gather_global's request phase and rows (the queries, so
+      // the index, split by the split rule; rows of 2 f64 features).
+      const std::vector<int64_t>& nbr = brute_force(points, queries, ball ? 4 : 3, ball ? 0.9 : INFINITY).index;
+      const int64_t k = ball ? 4 : 3;
+      const Extents q_ext = split_extents(9, p);
+      const int me = line.axis("domain").rank();
+      int64_t asked = 0, served = 0, first = 0;
+      for (int j = 0; j < p; ++j) {
+        for (int64_t i = first * k; i < (first + q_ext[j]) * k; ++i) {
+          if (nbr[i] < 0) continue;
+          int owner = 0;
+          for (int64_t end = e.extents[0]; nbr[i] >= end; end += e.extents[owner]) ++owner;
+          if (j == me && owner != me) ++asked;
+          if (j != me && owner == me) ++served;
+        }
+        first += q_ext[j];
+      }
+      std::vector<ExpectedComm> want = ring(ball ? "radius_search.forward" : "knn.forward", "domain", p,
+                                            ring_bytes(e.extents, me, 3));
+      want.push_back({"gather_global.forward", "agree", "domain", 1, p - 1});
+      want.push_back({"gather_global.forward", "all_to_all", "domain", 1, 8 * (p - 1)});
+      want.push_back({"gather_global.forward", "all_to_all_v", "domain", 2, 8 * asked + served * 2 * 8});
+      want.push_back({"gather_global.backward", "all_to_all_v", "domain", 1, asked * 2 * 8});
+      check_ledger(line, want);
     }
 }
 
@@ -178,4 +202,56 @@ TEST_CASE("patch knn / radius_search: CUDA points or queries are a DeviceError, 
   CHECK_THROWS_AS(knn(on_device, on_host, 2), DeviceError);
   CHECK_THROWS_AS(knn(on_host, on_device, 2), DeviceError);
   CHECK_THROWS_AS(radius_search(on_device, on_device, 0.5, 2), DeviceError);
+}
+
+// ---- configurations the contract accepts, each with its exact collectives (issue 9) ----------------------------
+
+TEST_CASE("patch radius_search on the 2x2 mesh: the ring on dx, queries over dy; features gathered", "[point_cloud]") {
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  const int cx = grid.axis("dx").rank(), cy = grid.axis("dy").rank();
+  const Tensor points = cloud(13, 105), queries = cloud(9, 106);
+  const double radius = 0.9;
+  const Brute want = brute_force(points, queries, 4, radius);
+  for (const Extents& ext : {split_extents(13, 2), Extents{0, 13}, Extents{13, 0}}) {
+    INFO("points over dx " << ext[0] << "|" << ext[1]);
+    const Placements pts_on = {S(0), R}, q_on = {R, S(0)};
+    const ShardTensor gp = distribute(points, grid, pts_on, {{ext, {}}});
+    const ShardTensor gq = distribute(queries, grid, q_on);
+    grid.flat().ledger().reset();
+    const Neighbors nb = radius_search(gp, gq, radius, 4);
+    check_ledger(grid, {{"radius_search.forward", "ring_shift", "dx", 1, ring_bytes(ext, cx, 3)}});
+    CHECK(nb.index.placements() == q_on);
+    check_same(nb, want);
+    // Features placed like the points, gathered at the neighbours (placed like the queries); the parity needs
+    // the features really split, so not with one dx rank holding every point.
+    if (ext[0] == 0 || ext[1] == 0) continue;
+    // The rows this dy coordinate's queries need travel on dx (both dx ranks ask for the same rows). The index
+    // is replicated along dx, so each owner keeps its own copy of the grad: no backward all_to_all_v; the
+    // features' grad is all-reduced over dy, where they are replicated and the queries sharded.
+    auto fn = [&](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+      const ShardTensor& f = in[0];
+      const ShardTensor pts = distribute(points, f.mesh(), f.placements(), f.spec().all_extents());
+      const ShardTensor qs = distribute(queries, f.mesh(), q_on);
+      return std::vector<ShardTensor>{gather_neighbor_features(f, radius_search(pts, qs, radius, 4).index)};
+    };
+    const Extents q_ext = split_extents(9, 2);
+    int64_t first = 0;
+    for (int j = 0; j < cy; ++j) first += q_ext[j];
+    int64_t asked = 0, served = 0;  // rows other than the owner's, of this dy coordinate's (identical) requests
+    for (int64_t i = first * 4; i < (first + q_ext[cy]) * 4; ++i) {
+      const int64_t g = want.index[i];
+      if (g < 0) continue;
+      const int owner_of = g < ext[0] ? 0 : 1;
+      if (owner_of != cx) ++asked;
+      else ++served;  // the other dx rank asks this rank for it
+    }
+    ShardedCase c = sharded_case("radius features 2x2", {rnd({13, 2}, 107)}, {pts_on}, {{ext, {}}});
+    check_patch(grid, fn, c,
+                {{"radius_search.forward", "ring_shift", "dx", 1, ring_bytes(ext, cx, 3)},
+                 {"gather_global.forward", "agree", "dx", 1, 1},
+                 {"gather_global.forward", "all_to_all", "dx", 1, 8},
+                 {"gather_global.forward", "all_to_all_v", "dx", 2, 8 * asked + served * 2 * 8},
+                 {"gather_global.backward", "all_reduce", "dy", 1, all_reduce_bytes(ext[cx] * 2, 8, 2)}});
+  }
 }

@@ -5,6 +5,7 @@
 // MissingShardPatch cases, and the bad arguments refused with the local op's error on every rank before any
 // collective.
 #include "tests/patches/bad_input_testing.h"
+#include "tests/patches/halo_bytes.h"
 
 using namespace shardrt;
 using namespace shardrt::test;
@@ -272,36 +273,44 @@ TEST_CASE("patch pool/upsample/pad: MissingShardPatch for what cannot be split e
   if (p >= 2) {
     const ShardTensor thin = distribute(rnd({1, 2, p}, 231), line, on_line(Placement::Shard(2)));
     // Halo 2 on shards of 1: the general halo (all_to_all_v; bytes checked in test_halo.cpp).
+    line.flat().ledger().reset();
     const ShardedCheckResult tr = check_sharded(
         line, one([](const ShardTensor& t) { return max_pool(t, {5}, {1}, {2}); }),
         sharded_case("max_pool k5 on shards of 1", {rnd({1, 2, p}, 231)}, {on_line(Placement::Shard(2))}));
     INFO(tr.report);
     CHECK(tr.ok);
+    check_ledger(line, halo_or_general("max_pool", "domain", split_extents(p, p), 2, 2, line.rank(), 2 * 8));
     CHECK_THROWS_AS(pad(thin, {1, 1}, PadMode::reflect), MissingShardPatch);
     CHECK_THROWS_AS(pad(thin, {2, 0}, PadMode::circular), MissingShardPatch);  // 2 slices from a shard of 1
   }
   for (const ExtentsCase& e : extents_cases(13, p)) {
     if (e.name != "zero-size shard") continue;
+    line.flat().ledger().reset();
     const ShardedCheckResult zr =
         check_sharded(line, one([](const ShardTensor& t) { return avg_pool(t, {3}, {1}, {1}); }),
                       sharded_case("avg_pool zero-size shard", {rnd({1, 2, 13}, 232)}, {on_line(Placement::Shard(2))},
                                    {{e.extents}}));
     INFO(zr.report);
     CHECK(zr.ok);
+    check_ledger(line, halo_or_general("avg_pool", "domain", e.extents, 1, 1, line.rank(), 2 * 8));
     // Nearest upsampling is local: the zero-size shard upsamples to an empty one.
+    line.flat().ledger().reset();
     const ShardedCheckResult nr =
         check_sharded(line, one([](const ShardTensor& t) { return upsample_nearest(t, {26}); }),
                       sharded_case("nearest x2 zero-size shard", {rnd({1, 2, 13}, 234)}, {on_line(Placement::Shard(2))},
                                    {{e.extents}}));
     INFO(nr.report);
     CHECK(nr.ok);
+    check_ledger(line, {});
     // Linear upsampling takes the general halo (all_to_all_v; bytes checked in test_halo.cpp).
+    line.flat().ledger().reset();
     const ShardedCheckResult lr =
         check_sharded(line, one([](const ShardTensor& t) { return upsample_linear(t, {26}); }),
                       sharded_case("linear x2 zero-size shard", {rnd({1, 2, 13}, 233)}, {on_line(Placement::Shard(2))},
                                    {{e.extents}}));
     INFO(lr.report);
     CHECK(lr.ok);
+    check_ledger(line, halo_or_general("upsample_linear", "domain", e.extents, 1, 1, line.rank(), 2 * 8));
   }
 }
 
@@ -314,11 +323,17 @@ TEST_CASE("patch pool/upsample/pad: bad arguments are the local op's error on ev
     const ShardTensor xs = distribute(x, line, on_line(S(2)), AxisExtents{e.extents});
     check_rejected(line_bad_inputs(x, xs, xi, distribute(xi, line, on_line(S(2)), AxisExtents{e.extents})));
     // The job goes on: a halo pool and a linear upsample on the same layout (their collectives pair up).
+    line.flat().ledger().reset();
     const ShardedCheckResult r = check_sharded(
         line, one([](const ShardTensor& t) { return upsample_linear(max_pool(t, {3}, {1}, {1}), {26}); }),
         sharded_case("max_pool, upsample_linear after the bad inputs", {x}, {on_line(S(2))}, {{e.extents}}));
     INFO(r.report);
     CHECK(r.ok);
+    // max_pool k3 p1 keeps the extents, so both halos follow the same rule over the same extents.
+    std::vector<ExpectedComm> want = halo_or_general("max_pool", "domain", e.extents, 1, 1, line.rank(), 2 * 8);
+    for (const ExpectedComm& l : halo_or_general("upsample_linear", "domain", e.extents, 1, 1, line.rank(), 2 * 8))
+      want.push_back(l);
+    check_ledger(line, want);
   }
   if (!has_grid()) return;
   const Tensor x2 = rnd({1, 2, 9, 7}, 241);
@@ -336,11 +351,83 @@ TEST_CASE("patch pool/upsample/pad: bad arguments are the local op's error on ev
 TEST_CASE("patch upsample: one output size for every spatial dim, as the local op takes it", "[patch][conv]") {
   const Mesh& line = line_mesh();
   // (1, 2, 6, 6) sharded along H, resized to (12, 12) from the one entry {12}.
+  line.flat().ledger().reset();
   const ShardedCheckResult r =
       check_sharded(line, one([](const ShardTensor& t) { return upsample_nearest(t, {12}); }),
                     sharded_case("nearest {12} on 6x6", {rnd({1, 2, 6, 6}, 242)}, {on_line(S(2))}));
   INFO(r.report);
   CHECK(r.ok);
+  check_ledger(line, {});  // nearest is local
   const ShardTensor y = upsample_linear(distribute(rnd({1, 2, 6, 6}, 243), line, on_line(S(2))), {12});
   CHECK(y.global_shape() == Shape{1, 2, 12, 12});
+}
+
+// ---- configurations the contract accepts, each with its exact collectives (issue 9) ----------------------------
+
+TEST_CASE("patch upsample: trilinear and 3-D nearest, 1-D mesh and 2x2", "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size(), r = line.rank();
+  // D sharded: trilinear takes one slice (2 * H * W values) from each neighbour; nearest is local.
+  ShardedCase tl = sharded_case("trilinear D sharded", {rnd({1, 2, 7, 3, 2}, 250)}, {on_line(S(2))});
+  check_patch(line, one([](const ShardTensor& x) { return upsample_linear(x, {14, 6, 4}); }), tl,
+              halo_lines("upsample_linear", "domain", halo_bytes(r, p, 1, 2 * 3 * 2 * 8)));
+  for (const ExtentsCase& e : extents_cases(7, p)) {
+    ShardedCase n = sharded_case("nearest 3-D D sharded " + e.name, {rnd({1, 2, 7, 3, 2}, 251)}, {on_line(S(2))},
+                                 {{e.extents}});
+    check_patch(line, one([](const ShardTensor& x) { return upsample_nearest(x, {14, 9, 4}); }), n, {});
+  }
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  // D over dx, H over dy: D first on the local block (slice 2 * eh * W), then H on the D-padded block (ed + 2:
+  // the halo and the replicated global edge).
+  const int64_t ed = split_extents(5, 2)[grid.coord("dx")], eh = split_extents(6, 2)[grid.coord("dy")];
+  ShardedCase g = sharded_case("trilinear 2x2", {rnd({1, 2, 5, 6, 3}, 252)}, {{S(2), S(3)}});
+  std::vector<ExpectedComm> want = halo_lines("upsample_linear", "dx", 2 * eh * 3 * 8);
+  for (const ExpectedComm& e : halo_lines("upsample_linear", "dy", 2 * (ed + 2) * 3 * 8)) want.push_back(e);
+  check_patch(grid, one([](const ShardTensor& x) { return upsample_linear(x, {10, 12, 6}); }), g, want);
+  for (const AxisExtents& ext : grid_extents(5, 6)) {
+    ShardedCase n = sharded_case("nearest 3-D 2x2", {rnd({1, 2, 5, 6, 3}, 253)}, {{S(2), S(3)}}, {ext});
+    check_patch(grid, one([](const ShardTensor& x) { return upsample_nearest(x, {10, 12, 9}); }), n, {});
+  }
+}
+
+TEST_CASE("patch pad: constant and replicate on the 2x2 mesh, no collective", "[patch][conv]") {
+  if (!has_grid()) return;
+  const Mesh& grid = grid_mesh();
+  const auto ext = grid_extents(7, 6);  // uneven; and H's first coordinate empty
+  for (const AxisExtents& e : ext) {
+    ShardedCase c = sharded_case("pad constant 2x2", {rnd({1, 2, 7, 6}, 254)}, {{S(2), S(3)}}, {e});
+    check_patch(grid, one([](const ShardTensor& x) { return pad(x, {1, 2, 2, 1}, PadMode::constant, 0.5); }), c, {});
+  }
+  ShardedCase c = sharded_case("pad replicate 2x2", {rnd({1, 2, 7, 6}, 255)}, {{S(2), S(3)}}, {ext[0]});
+  check_patch(grid, one([](const ShardTensor& x) { return pad(x, {1, 2, 2, 1}, PadMode::replicate); }), c, {});
+  // Replicating the low H edge from an empty first shard: refused on every rank, no collective.
+  grid.flat().ledger().reset();
+  const ShardTensor xs = distribute(rnd({1, 2, 7, 6}, 255), grid, {S(2), S(3)}, ext[1]);
+  CHECK_THROWS_AS(pad(xs, {1, 2, 2, 1}, PadMode::replicate), MissingShardPatch);
+  CHECK(grid.flat().ledger().total_calls() == 0);
+}
+
+TEST_CASE("patch pool/pad: zero-size shards the local op would refuse on that rank alone", "[patch][conv]") {
+  const Mesh& line = line_mesh();
+  const int p = line.size();
+  if (p < 3) return;  // the cases need an empty shard between two non-empty ones
+  // Reflect padding with an empty interior shard: its local pads are (0, 0), which the local op refuses for an
+  // empty dim; the patch pads nothing there (it was a ShapeError on the empty rank, the others hung).
+  const Extents e = split_around_zero(11, p);
+  ShardedCase c = sharded_case("pad reflect, zero-size interior shard", {rnd({1, 2, 11, 3}, 256)}, {on_line(S(2))},
+                               {{e}});
+  check_patch(line, one([](const ShardTensor& x) { return pad(x, {1, 1, 2, 1}, PadMode::reflect); }), c, {});
+  // kernel == stride pooling with a zero-size shard: the local op refuses an empty window, so the patch takes the
+  // general path there (it was a ShapeError on the empty rank, the others hung).
+  Extents twice = e;
+  for (int64_t& v : twice) v *= 2;
+  for (bool is_max : {false, true}) {
+    ShardedCase pc = sharded_case(std::string(is_max ? "max" : "avg") + "_pool k=s=2, zero-size shard",
+                                  {rnd({1, 2, 22}, 257)}, {on_line(S(2))}, {{twice}});
+    const ShardedCheckResult r = check_sharded(
+        line, one([is_max](const ShardTensor& x) { return is_max ? max_pool(x, {2}) : avg_pool(x, {2}); }), pc);
+    INFO(r.report);
+    CHECK(r.ok);
+  }
 }
