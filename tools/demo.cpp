@@ -1,12 +1,13 @@
 // shardrt-demo: trains a small point-cloud model on a ddp x domain mesh and, step by step, next to the same
 // model trained serially, so the agreement is visible.
 //
-// Model (one sample = (1, N, C_in): N points with C_in features): per-point MLP (linear, gelu, layer norm, linear), global mean
-// pool over the points, then a linear head; MSE against a per-sample target. The points of a sample are sharded
-// over the domain axis (uneven: 37 points), samples over the ddp axis (one per domain group). Training is plain
-// SGD: the patches sum each parameter's grad over the domain axis; the step averages it over the ddp axis.
-// The serial run (every rank computes it, on a one-rank mesh) sees the whole batch and averages the per-sample
-// losses, which is the same objective, so in fp64 the two losses agree to rounding.
+// Model (a batch (B, N, C_in): N points with C_in features per sample): per-point MLP (linear, gelu, layer norm,
+// linear), mean pool over the points, then a linear head; MSE against a per-sample target, over the whole batch.
+// The canonical layout, on the ddp x domain mesh itself: samples Shard(0) over ddp (one per domain group), the
+// points of a sample Shard(1) over domain (uneven: 37 points). Training is plain SGD: the patches sum each
+// parameter's grad over the domain axis; reduce_batch_grads averages it over the ddp axis, once, before the step.
+// The serial run (every rank computes it, on a one-rank mesh with the same axes) sees the whole batch: the same
+// code and objective, so in fp64 the two losses agree to rounding.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -57,25 +58,29 @@ Params clone_params(const Params& src) {
   return out;
 }
 
-// One sample's loss. `points` is (1, N, C_in), sharded or not over the mesh's domain axis along the points; the
+// The batch's loss. `points` is (B, N, C_in), its samples over ddp and its points over domain, or replicated; the
 // same code runs for both — the placements decide.
-ShardTensor sample_loss(const ShardTensor& points, const ShardTensor& target, const Params& p) {
+ShardTensor batch_loss(const ShardTensor& points, const ShardTensor& target, const Params& p) {
   check_one_sample_per_domain_group("demo model", points);
   const auto& w = p.all;
   ShardTensor h = gelu(linear(points, w[0], w[1]));
   h = layer_norm(h, {kHidden}, w[2], w[3]);
   h = linear(h, w[4], w[5]);
-  ShardTensor pooled = redistribute(mean(h, {1}, /*keepdim=*/true), {Placement::Replicate()});  // (1, 1, H)
-  ShardTensor pred = linear(pooled, w[6], w[7]);
-  return mse_loss(pred, target);
+  // The mean over the points is Partial over domain; complete it there (the samples stay over ddp): (B, 1, H).
+  ShardTensor partial = mean(h, {1}, /*keepdim=*/true);
+  Placements whole = partial.placements();
+  for (Placement& q : whole)
+    if (q.is_partial()) q = Placement::Replicate();
+  ShardTensor pred = linear(redistribute(partial, whole), w[6], w[7]);
+  return mse_loss(pred, target);  // the mean over the whole batch, Replicate on every rank
 }
 
-void sgd_step(Params& p, const Communicator* ddp) {
+// One SGD step: the parameter grads averaged over the batch (ddp) axis once, as every optimizer does.
+void sgd_step(Params& p, const Mesh& mesh) {
+  reduce_batch_grads(mesh, p.all);
   NoGradGuard no_grad;
   for (Tensor& t : p.all) {
-    Tensor g = grad_of(t).contiguous().clone();
-    if (ddp) ddp->all_reduce(g, ReduceOp::mean);
-    t.copy_(sub(t, mul_scalar(g, kLearningRate)));
+    t.copy_(sub(t, mul_scalar(grad_of(t), kLearningRate)));
     zero_grad(t);
   }
 }
@@ -93,46 +98,35 @@ int main(int argc, char** argv) {
     if (world % domain != 0) domain = 1;
     Mesh mesh(MPI_COMM_WORLD, -1, domain);  // ddp x domain
     const int ddp = mesh.axis_size("ddp");
-    // The sharded tensors live on the domain group of this rank; the ddp axis is the optimizer's.
-    Mesh domain_mesh = mesh.sub("domain");
-    Mesh serial_mesh = Mesh::one_d(MPI_COMM_SELF, "domain");
+    const Mesh serial_mesh(MPI_COMM_SELF, mesh.axis_names(), {1, 1}, mesh.axis_roles());
 
     // Synthetic data, identical on every rank: one sample per ddp group.
     Generator data_gen(7);
-    std::vector<Tensor> xs, ys;
-    for (int s = 0; s < ddp; ++s) {
-      xs.push_back(randn({1, kPoints, kIn}, {DType::f64}, &data_gen));
-      ys.push_back(randn({1, 1, kOut}, {DType::f64}, &data_gen));
-    }
+    const Tensor xs = randn({ddp, kPoints, kIn}, {DType::f64}, &data_gen);
+    const Tensor ys = randn({ddp, 1, kOut}, {DType::f64}, &data_gen);
     Params sharded = init_params(11), serial = clone_params(sharded);
-    const int my_sample = mesh.coord("ddp");
-    ShardTensor x_local = distribute(xs[my_sample], domain_mesh, {Placement::Shard(1)});
-    ShardTensor y_local = distribute(ys[my_sample], domain_mesh, {Placement::Replicate()});
+    const Placement samples = Placement::Shard(0), points = Placement::Shard(1), R = Placement::Replicate();
+    ShardTensor x_local = distribute(xs, mesh, {samples, points});
+    ShardTensor y_local = distribute(ys, mesh, {samples, R});
+    const ShardTensor x_serial = distribute(xs, serial_mesh, {R, R}), y_serial = distribute(ys, serial_mesh, {R, R});
     if (rank == 0)
       std::printf("ShardRT demo: %s, %ld points per sample sharded over domain (this rank holds %ld), %d samples\n",
                   mesh.str().c_str(), static_cast<long>(kPoints), static_cast<long>(x_local.local().size(1)), ddp);
 
     double worst = 0;
     for (int step = 0; step < kSteps; ++step) {
-      // Sharded: this domain group's sample; the reported loss is the mean over ddp groups.
-      ShardTensor loss = sample_loss(x_local, y_local, sharded);
+      // Sharded: this rank's sample and points; the loss is the whole batch's, on every rank.
+      ShardTensor loss = batch_loss(x_local, y_local, sharded);
       backward(loss.local());
-      Tensor reported = loss.local().detach().clone();
-      mesh.axis("ddp").all_reduce(reported, ReduceOp::mean);
-      sgd_step(sharded, &mesh.axis("ddp"));
+      const Tensor reported = loss.local().detach().clone();
+      sgd_step(sharded, mesh);
 
-      // Serial: every sample on one rank, mean of the per-sample losses.
-      Tensor total;
-      for (int s = 0; s < ddp; ++s) {
-        ShardTensor l = sample_loss(distribute(xs[s], serial_mesh, {Placement::Replicate()}),
-                                    distribute(ys[s], serial_mesh, {Placement::Replicate()}), serial);
-        Tensor ls = mul_scalar(l.local(), 1.0 / ddp);
-        total = total.defined() ? add(total, ls) : ls;
-      }
-      backward(total);
-      sgd_step(serial, nullptr);
+      // Serial: the whole batch on one rank.
+      ShardTensor total = batch_loss(x_serial, y_serial, serial);
+      backward(total.local());
+      sgd_step(serial, serial_mesh);
 
-      double a = reported.item(), b = total.item();
+      double a = reported.item(), b = total.local().item();
       worst = std::max(worst, std::abs(a - b));
       if (rank == 0) std::printf("step %2d  sharded loss %.15f  serial loss %.15f  |diff| %.1e\n", step, a, b, std::abs(a - b));
     }
