@@ -6,4 +6,6 @@
 set -u
 ranks="$1"
 shift
+# Run by hand, the tests get the suite's deadline and checked collectives too (ctest sets them the same way).
+export SHARDRT_COMM_TIMEOUT="${SHARDRT_COMM_TIMEOUT:-120}" SHARDRT_COMM_CHECK="${SHARDRT_COMM_CHECK:-1}"
 exec timeout -k 10 "${SHARDRT_TEST_LIMIT:-600}" mpiexec -n "$ranks" --oversubscribe --bind-to none "$@" </dev/null
