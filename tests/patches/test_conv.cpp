@@ -310,9 +310,18 @@ TEST_CASE("patch conv: bad arguments are the local op's error on every rank, bef
     check_rejected(conv2d_bad_inputs(x2, xs));
     ShardedCase ok = sharded_case("conv2d 2x2 after the bad inputs", {x2}, {{S(2), S(3)}}, {ext});
     ok.params = {rnd({3, 2, 3, 3}, 171), rnd({3}, 172)};
-    const ShardedCheckResult r = check_sharded(grid_mesh(), conv_fn({1}, {1}, {1}), ok);
-    INFO(r.report);
-    CHECK(r.ok);
+    // H over dx first, on the local block (one slice: 2 * ew f64), by the neighbour exchange or (the zero-size
+    // shard) the general halo; then W over dy on the H-padded block: eh + 2 rows (halo or zero padding on each
+    // side), or the K = 3 edge-filled rows of a coordinate without output.
+    const int cx = grid_mesh().coord("dx"), cy = grid_mesh().coord("dy");
+    const int64_t eh = ext[0][cx], ew = ext[1][cy];
+    const int64_t rows = eh == 0 ? 3 : eh + 2;
+    const int64_t wb = all_reduce_bytes(3 * 2 * 9 + 3, 8, 2);
+    std::vector<ExpectedComm> want = halo_or_general("conv", "dx", ext[0], 1, 1, cx, 2 * ew * 8);
+    for (const ExpectedComm& e : halo_or_general("conv", "dy", ext[1], 1, 1, cy, 2 * rows * 8)) want.push_back(e);
+    want.push_back({"conv.backward", "all_reduce", "dx", 1, wb});
+    want.push_back({"conv.backward", "all_reduce", "dy", 1, wb});
+    check_patch(grid_mesh(), conv_fn({1}, {1}, {1}), ok, want);
   }
 }
 

@@ -340,11 +340,17 @@ TEST_CASE("patch pool/upsample/pad: bad arguments are the local op's error on ev
   for (const AxisExtents& ext : grid_extents(9, 7)) {
     const ShardTensor xs = distribute(x2, grid_mesh(), {S(2), S(3)}, ext);
     check_rejected(grid_bad_inputs(x2, xs));
-    const ShardedCheckResult r =
-        check_sharded(grid_mesh(), one([](const ShardTensor& t) { return avg_pool(t, {3}, {1}, {1}); }),
-                      sharded_case("avg_pool 2x2 after the bad inputs", {x2}, {{S(2), S(3)}}, {ext}));
-    INFO(r.report);
-    CHECK(r.ok);
+    // k3 s1 p1 takes conv's halo plan: H over dx first, on the local block (one slice: 2 * ew f64), by the
+    // neighbour exchange or (the zero-size shard) the general halo; then W over dy on the H-padded block: eh + 2
+    // rows (halo or zero padding on each side), or the 3 edge-filled rows of a coordinate without output.
+    const int cx = grid_mesh().coord("dx"), cy = grid_mesh().coord("dy");
+    const int64_t eh = ext[0][cx], ew = ext[1][cy];
+    const int64_t rows = eh == 0 ? 3 : eh + 2;
+    std::vector<ExpectedComm> want = halo_or_general("avg_pool", "dx", ext[0], 1, 1, cx, 2 * ew * 8);
+    for (const ExpectedComm& l : halo_or_general("avg_pool", "dy", ext[1], 1, 1, cy, 2 * rows * 8))
+      want.push_back(l);
+    check_patch(grid_mesh(), one([](const ShardTensor& t) { return avg_pool(t, {3}, {1}, {1}); }),
+                sharded_case("avg_pool 2x2 after the bad inputs", {x2}, {{S(2), S(3)}}, {ext}), want);
   }
 }
 
@@ -425,9 +431,14 @@ TEST_CASE("patch pool/pad: zero-size shards the local op would refuse on that ra
   for (bool is_max : {false, true}) {
     ShardedCase pc = sharded_case(std::string(is_max ? "max" : "avg") + "_pool k=s=2, zero-size shard",
                                   {rnd({1, 2, 22}, 257)}, {on_line(S(2))}, {{twice}});
-    const ShardedCheckResult r = check_sharded(
-        line, one([is_max](const ShardTensor& x) { return is_max ? max_pool(x, {2}) : avg_pool(x, {2}); }), pc);
-    INFO(r.report);
-    CHECK(r.ok);
+    // Start ownership: every extent is even, so coordinate j's windows [2i, 2i + 2) lie inside its own slices
+    // [o_j, o_j + e_j); the empty coordinate owns no output (edge-filled window, nothing received). The general
+    // halo still runs (one all_to_all_v each way, the empty rank's graph matching the others) and moves the
+    // slices of r inside the other coordinates' windows: none, both ways.
+    const std::string op = is_max ? "max_pool" : "avg_pool";
+    check_patch(line, one([is_max](const ShardTensor& x) { return is_max ? max_pool(x, {2}) : avg_pool(x, {2}); }),
+                pc,
+                {{op + ".forward", "all_to_all_v", "domain", 1, 0},
+                 {op + ".backward", "all_to_all_v", "domain", 1, 0}});
   }
 }

@@ -71,11 +71,11 @@ TEST_CASE("patch sum/mean/amax: bad arguments are the local op's error, named af
     INFO("1-D mesh, " << e.name << " extents");
     const ShardTensor xs = distribute(x, line, on_line(S(1)), AxisExtents{e.extents});
     check_rejected(reduce_bad_inputs(x, xs, xi, distribute(xi, line, on_line(S(1)), AxisExtents{e.extents})));
-    // The job goes on: amax over the sharded dim all-reduces on every rank.
-    const ShardedCheckResult r =
-        check_sharded(line, amax_fn, sharded_case("amax after the bad inputs", {x}, {on_line(S(1))}, {{e.extents}}));
-    INFO(r.report);
-    CHECK(r.ok);
+    // The job goes on: amax over the sharded dim all-reduces its (2, 3) output on every rank, forward (max) and
+    // backward (min of the winners' indices); amax over dim 0 is local.
+    const int64_t b = all_reduce_bytes(2 * 3, 8, line.size());
+    check_patch(line, amax_fn, sharded_case("amax after the bad inputs", {x}, {on_line(S(1))}, {{e.extents}}),
+                {{"amax.forward", "all_reduce", "domain", 1, b}, {"amax.backward", "all_reduce", "domain", 1, b}});
   }
   // A max over no element: the local op refuses it, so every rank does (rather than all-reduce an empty -inf).
   const Tensor empty = zeros({2, 0, 3}, {DType::f64});
@@ -89,10 +89,15 @@ TEST_CASE("patch sum/mean/amax: bad arguments are the local op's error, named af
   for (const AxisExtents& ext : grid_extents(5, 7)) {
     const ShardTensor xs = distribute(x2, grid_mesh(), kGridS0S1, ext);
     check_rejected(reduce_bad_inputs(x2, xs, xi2, distribute(xi2, grid_mesh(), kGridS0S1, ext)));
-    const ShardedCheckResult r =
-        check_sharded(grid_mesh(), amax_fn, sharded_case("amax 2x2 after the bad inputs", {x2}, {kGridS0S1}, {ext}));
-    INFO(r.report);
-    CHECK(r.ok);
+    // amax over dim 1 (over dy) all-reduces this rank's (dx extent, 3) output over dy; amax over dim 0 (over dx)
+    // its (dy extent, 3) output over dx; each forward and backward.
+    const int64_t by = all_reduce_bytes(ext[0][grid_mesh().coord("dx")] * 3, 8, 2);
+    const int64_t bx = all_reduce_bytes(ext[1][grid_mesh().coord("dy")] * 3, 8, 2);
+    check_patch(grid_mesh(), amax_fn, sharded_case("amax 2x2 after the bad inputs", {x2}, {kGridS0S1}, {ext}),
+                {{"amax.forward", "all_reduce", "dx", 1, bx},
+                 {"amax.forward", "all_reduce", "dy", 1, by},
+                 {"amax.backward", "all_reduce", "dx", 1, bx},
+                 {"amax.backward", "all_reduce", "dy", 1, by}});
   }
 }
 

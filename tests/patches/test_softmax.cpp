@@ -94,20 +94,26 @@ TEST_CASE("patch softmax/log_softmax: bad arguments are the local op's error, na
     // Not the internal step's name.
     CHECK_THROWS_WITH(softmax(xis, 1), !Catch::Contains("amax"));
     CHECK_THROWS_WITH(log_softmax(xis, 1), !Catch::Contains("amax"));
-    // The job goes on: both all-reduces of a sharded softmax pair up on every rank.
-    const ShardedCheckResult r = check_sharded(
-        line, softmaxes, sharded_case("softmax after the bad inputs", {x}, {on_line(S(1))}, {{e.extents}}));
-    INFO(r.report);
-    CHECK(r.ok);
+    // The job goes on: both all-reduces of a sharded softmax pair up on every rank (the (2, 3) rows of dim 1,
+    // two forward and one backward per op; over dim 2 local).
+    const int64_t b = all_reduce_bytes(2 * 3, 8, line.size());
+    check_patch(line, softmaxes, sharded_case("softmax after the bad inputs", {x}, {on_line(S(1))}, {{e.extents}}),
+                {{"softmax.forward", "all_reduce", "domain", 2, 2 * b},
+                 {"softmax.backward", "all_reduce", "domain", 1, b},
+                 {"log_softmax.forward", "all_reduce", "domain", 2, 2 * b},
+                 {"log_softmax.backward", "all_reduce", "domain", 1, b}});
   }
   if (!has_grid()) return;
   const Tensor x2 = rnd({5, 7, 3}, 62), xi2 = iota({5, 7, 3}, DType::i64);
   for (const AxisExtents& ext : grid_extents(5, 7)) {
     const ShardTensor xs = distribute(x2, grid_mesh(), kGridS0S1, ext);
     check_rejected(softmax_bad_inputs(x2, xs, xi2, distribute(xi2, grid_mesh(), kGridS0S1, ext)));
-    const ShardedCheckResult r = check_sharded(
-        grid_mesh(), softmaxes, sharded_case("softmax 2x2 after the bad inputs", {x2}, {kGridS0S1}, {ext}));
-    INFO(r.report);
-    CHECK(r.ok);
+    // Over dim 1 (dy): the rows are this rank's (dx extent, 3); over dim 2 local.
+    const int64_t by = all_reduce_bytes(ext[0][grid_mesh().coord("dx")] * 3, 8, 2);
+    check_patch(grid_mesh(), softmaxes, sharded_case("softmax 2x2 after the bad inputs", {x2}, {kGridS0S1}, {ext}),
+                {{"softmax.forward", "all_reduce", "dy", 2, 2 * by},
+                 {"softmax.backward", "all_reduce", "dy", 1, by},
+                 {"log_softmax.forward", "all_reduce", "dy", 2, 2 * by},
+                 {"log_softmax.backward", "all_reduce", "dy", 1, by}});
   }
 }
