@@ -46,8 +46,8 @@ class Mesh {
        CommOptions opts = {});
   static Mesh one_d(MPI_Comm comm, const std::string& axis = "domain", CommOptions opts = {});
   // The 1-D mesh of one named axis: the ranks that differ from this one only in that axis' coordinate, ordered
-  // by it (a 1-D mesh's only axis: the mesh itself), with that axis' role. It shares the axis' communicator — the same ledger,
-  // timeout and failure policy, settings made through either mesh apply to both — and this rank's device, so no
+  // by it (a 1-D mesh's only axis: the mesh itself), with that axis' role. It shares the axis' communicator —
+  // the same ledger, timeout and failure policy, settings made through either mesh apply to both — and this rank's device, so no
   // communicator is duplicated. Collective over the axis' ranks, which count their node-local ranks again.
   Mesh sub(const std::string& axis) const;
 

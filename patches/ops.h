@@ -239,11 +239,11 @@ ShardTensor conv(const ShardTensor& x, const Tensor& w, const Tensor& bias, cons
 // kernel == stride, no padding (the local op's only form): local on every rank, no halo.
 ShardTensor conv_transpose(const ShardTensor& x, const Tensor& w, const Tensor& bias = Tensor());
 // (patches/pool.cpp) Any kernel, stride and padding <= kernel/2 on sharded dims, any extents. kernel == stride with
-// padding 0 and every extent a positive multiple of the stride: local (a zero-size shard takes the general path below). Stride 1 with an odd kernel: halo of kernel/2, as
-// conv. Otherwise (any stride, even kernels): each rank computes the outputs whose window STARTS in its slices
-// (extents from every rank's extents), reading a right-only halo from the next rank (1 halo_exchange forward,
-// 1 back; none when no window crosses a boundary) or, for thin or zero-size shards, its window through 1
-// all_to_all_v (1 back). avg pool counts the zero padding, as the local op does; max pool pads the global edges
+// padding 0 and every extent a positive multiple of the stride: local (a zero-size shard takes the general path
+// below). Stride 1 with an odd kernel: halo of kernel/2, as conv. Otherwise (any stride, even kernels): each rank
+// computes the outputs whose window STARTS in its slices (extents from every rank's extents), reading a right-only
+// halo from the next rank (1 halo_exchange forward, 1 back; none when no window crosses a boundary) or, for thin
+// or zero-size shards, its window through 1 all_to_all_v (1 back). avg pool counts the zero padding, as the local op does; max pool pads the global edges
 // with -inf, which never wins.
 ShardTensor avg_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride = {},
                      const std::vector<int64_t>& padding = {0});
@@ -254,8 +254,8 @@ ShardTensor max_pool(const ShardTensor& x, const std::vector<int64_t>& kernel, c
 ShardTensor upsample_nearest(const ShardTensor& x, const std::vector<int64_t>& out_size);
 ShardTensor upsample_linear(const ShardTensor& x, const std::vector<int64_t>& out_size, bool align_corners = false);
 // `pads` as in autograd/ops.h. Constant/reflect/replicate are applied at the GLOBAL edges only (the first rank's low
-// side, the last rank's high side; an empty shard between them pads nothing); no collective. Circular wraps between the first and last rank of the axis
-// (the ring neighbours): two ring_shifts per sharded dim forward and backward.
+// side, the last rank's high side; an empty shard between them pads nothing); no collective. Circular wraps between
+// the first and last rank of the axis (the ring neighbours): two ring_shifts per sharded dim forward and backward.
 ShardTensor pad(const ShardTensor& x, const std::vector<int64_t>& pads, PadMode mode = PadMode::constant,
                 double value = 0.0);
 

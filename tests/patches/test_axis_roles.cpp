@@ -33,7 +33,8 @@ std::vector<Placements> layouts(std::pair<int, int> g) {
 std::vector<ExpectedComm> param_comms(const std::string& op, std::pair<int, int> g, const Placements& x,
                                       int64_t param_numel) {
   std::vector<ExpectedComm> want;
-  if (x[1].is_shard()) want.push_back({op + ".backward", "all_reduce", "domain", 1, all_reduce_bytes(param_numel, 8, g.second)});
+  if (x[1].is_shard())
+    want.push_back({op + ".backward", "all_reduce", "domain", 1, all_reduce_bytes(param_numel, 8, g.second)});
   want.push_back({"reduce_batch_grads", "all_reduce", "ddp", 1, all_reduce_bytes(param_numel, 8, g.first)});
   return want;
 }
@@ -122,7 +123,8 @@ TEST_CASE("reduce_batch_grads averages parameter grads over the batch axes only,
   }
 }
 
-TEST_CASE("a plain Tensor operand is a parameter: add(x, bias) and matmul(x, W) on ddp x domain", "[patch][roles][np6]") {
+TEST_CASE("a plain Tensor operand is a parameter: add(x, bias) and matmul(x, W) on ddp x domain",
+          "[patch][roles][np6]") {
   for (auto g : batch_grids()) {
     const Mesh mesh = grid(g, std::make_shared<CommLedger>());
     for (const Placements& p : layouts(g)) {
