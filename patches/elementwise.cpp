@@ -15,7 +15,8 @@
 //   Anything else (Partial; Shard of different dims; a replicated operand with the full extent along the sharded
 //   dim, which would need slicing) -> MissingShardPatch.
 //   where(cond, a, b): the same rule over the three operands — on each axis every sharded operand shards the same
-//   output dim with the same extents (no alignment), and every replicated one broadcasts over it.
+//   output dim, and every replicated one broadcasts over it; a and b with other extents are aligned first (to
+//   cond's, else b to a's).
 // Output: the placements above; global shape = the broadcast of the global shapes; per-rank extents = those of
 //   the sharded operand on each axis. The per-axis rule makes the LOCAL shapes broadcast to exactly the local
 //   output, so the local op runs unchanged. Comparisons give u8 with no grad; where's grads go to a and b.
@@ -244,7 +245,11 @@ ShardTensor where(const ShardTensor& cond, const ShardTensor& a, const ShardTens
   static const std::vector<WherePatch> table = {{"where/broadcast-replicated", where_accepts, where_run}};
   // Shapes that do not broadcast are a ShapeError before any placement is looked at.
   (void)broadcast_shapes(broadcast_shapes(cond.global_shape(), a.global_shape(), "where"), b.global_shape(), "where");
-  return dispatch_patch("where", table, {&cond, &a, &b}, cond, a, b);
+  // Caller decompositions (patches/align.h): a and b move to cond's extents where they shard the same dim, then b
+  // to a's where cond does not shard it; one all_to_all_v per moved operand and axis, none when the extents agree.
+  const ShardTensor a_aligned = align_extents("where", cond, a);
+  const ShardTensor b_aligned = align_extents("where", a_aligned, align_extents("where", cond, b));
+  return dispatch_patch("where", table, {&cond, &a, &b}, cond, a_aligned, b_aligned);
 }
 ShardTensor where(const ShardTensor& cond, const ShardTensor& a, const Tensor& b) {
   return where(cond, a, patch::replicated(b, cond.mesh()));

@@ -42,7 +42,7 @@ namespace shardrt {
 // Replicate on an axis where the other is sharded along a dim that the replicated operand broadcasts over (size 1
 // or missing). A plain Tensor operand, on either side, is a replicated operand. Forward: none. Backward: a
 // replicated operand's grad is all-reduced over the axes where the other is sharded. Comparisons give u8 without
-// grad (no backward); where(cond, a, b) takes the same rule over its three operands (equal extents, no alignment)
+// grad (no backward); where(cond, a, b) takes the same rule over its three operands (a and b aligned to cond's extents)
 // and sends its grads to a and b (reduced like a replicated operand's).
 ShardTensor add(const ShardTensor& a, const ShardTensor& b);
 ShardTensor add(const ShardTensor& a, const Tensor& b);

@@ -210,3 +210,21 @@ TEST_CASE("align_to: t redistributed to another tensor's spec; other meshes or s
   CHECK_THROWS_WITH(align_to(t, wide), Catch::Contains("align_to") || Catch::Contains("redistribute"));
   CHECK_THROWS_WITH(align_to(t, wide), Catch::Contains("global [10, 3]") && Catch::Contains("global [10, 4]"));
 }
+
+TEST_CASE("align: where(cond, a, b) moves a and b to cond's extents", "[patch][align]") {
+  const Mesh& line = line_mesh();
+  const Placements s0 = on_line(Placement::Shard(0));
+  auto fn = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+    const ShardTensor cond = gt(in[0], zeros({}, {DType::f64}));
+    const ShardTensor y = where(cond, in[1], in[2]);
+    CHECK(y.spec().all_extents() == in[0].spec().all_extents());  // the output follows cond
+    return std::vector<ShardTensor>{y};
+  };
+  for (const Order& o : orders(line.size())) {
+    // cond (from input 0) and b with a's extents of the order, a with its b extents: only a moves.
+    ShardedCase c = sharded_case("where " + o.name, {rnd({kLen, 3}, 309), rnd({kLen, 3}, 310), rnd({kLen, 3}, 311)},
+                                 {s0, s0, s0}, {{o.a}, {o.b}, {o.a}});
+    c.input_requires_grad = {false, true, true};
+    check_patch(line, fn, c, alignment_comms(o.a, o.b, 3));
+  }
+}
