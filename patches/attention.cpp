@@ -418,8 +418,7 @@ AttentionShardOutput run_sharded_kv(const char* node, SkForward fwd, SkBackward 
   // Recorded only when an input needs grad (inference keeps nothing alive). Whether one does is the same on
   // every rank, so every rank records the node and runs the backward's collectives together.
   const std::vector<Tensor> rec =
-      record_collective(node, {q.local(), k.local(), v.local()}, outs,
-                        any_requires_grad({q.local(), k.local(), v.local()}), std::move(ctx), bwd);
+      record(node, {q.local(), k.local(), v.local()}, outs, std::move(ctx), bwd);
   return wrap(q, rec[0], rec[1]);
 }
 

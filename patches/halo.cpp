@@ -293,10 +293,9 @@ HaloSlabs halo_slabs(const char* op, const Tensor& local, const Mesh& mesh, int 
     out.pending = comm.halo_exchange_async(buf, dim, widths);
   }
   const std::string name = std::string(op) + ".halo";
-  const std::vector<Tensor> slabs = record_collective(
+  const std::vector<Tensor> slabs = record(
       name.c_str(), {local},
       std::vector<Tensor>{buf.narrow(dim, 0, lw), buf.narrow(dim, lw + to_left + to_right, rw)},
-      any_requires_grad({local}),
       SlabCtx{mesh, axis, dim, widths, local.shape(), std::string(op) + ".backward"}, slab_backward);
   out.left = slabs[0];
   out.right = slabs[1];
@@ -324,8 +323,8 @@ Tensor ring_wrap(const char* op, const Tensor& local, const Mesh& mesh, int axis
   out.narrow(dim, before, n).copy_(x);
   if (after > 0) out.narrow(dim, before + n, after).copy_(recv_hi);
   const std::string name = std::string(op) + ".ring_wrap";
-  return record_collective(name.c_str(), {local}, std::vector<Tensor>{out}, any_requires_grad({local}),
-                           WrapCtx{mesh, axis, dim, lo, hi, std::string(op) + ".backward"}, wrap_backward)[0];
+  return record(name.c_str(), {local}, std::vector<Tensor>{out},
+                WrapCtx{mesh, axis, dim, lo, hi, std::string(op) + ".backward"}, wrap_backward)[0];
 }
 
 HaloPadded halo_pad(const char* op, const Tensor& local, const Mesh& mesh, int axis, int dim, const HaloWidths& widths,
@@ -344,8 +343,8 @@ HaloPadded halo_pad(const char* op, const Tensor& local, const Mesh& mesh, int a
   }
   if (!async) out.pending.wait();
   const std::string name = std::string(op) + ".halo";
-  out.padded = record_collective(name.c_str(), {local}, std::vector<Tensor>{padded}, any_requires_grad({local}),
-                                 HaloCtx{mesh, axis, dim, widths, std::string(op) + ".backward"}, halo_backward)[0];
+  out.padded = record(name.c_str(), {local}, std::vector<Tensor>{padded},
+                      HaloCtx{mesh, axis, dim, widths, std::string(op) + ".backward"}, halo_backward)[0];
   return out;
 }
 
@@ -365,9 +364,8 @@ Tensor halo_window(const char* op, const Tensor& local, const Mesh& mesh, int ax
     route_slices(comm, dim, x, w.send_at, w.send_len, out, w.recv_at, w.recv_len, false);
   }
   const std::string name = std::string(op) + ".halo_window";
-  return record_collective(name.c_str(), {local}, std::vector<Tensor>{out}, any_requires_grad({local}),
-                           WindowCtx{mesh, axis, dim, local.shape(), w, std::string(op) + ".backward"},
-                           window_backward)[0];
+  return record(name.c_str(), {local}, std::vector<Tensor>{out},
+                WindowCtx{mesh, axis, dim, local.shape(), w, std::string(op) + ".backward"}, window_backward)[0];
 }
 
 }  // namespace shardrt::patch

@@ -303,8 +303,7 @@ ShardTensor index_select_sharded(const ShardTensor& x, int dim, const Tensor& in
   GatherCtx ctx{x.mesh(), plan_known(axis, x.spec().extents(axis), me, requests), "index_select", false, {}, {}};
   const Tensor xm = as_rows(x.local(), d);
   const Tensor out = fetch_rows(ctx.mesh, ctx.plan, xm.detach(), "index_select.forward");
-  const Tensor y = record_collective("index_select", {xm}, std::vector<Tensor>{out}, any_requires_grad({xm}),
-                                     std::move(ctx), gather_backward)[0];
+  const Tensor y = record("index_select", {xm}, std::vector<Tensor>{out}, std::move(ctx), gather_backward)[0];
   Shape global = x.global_shape();
   global[d] = static_cast<int64_t>(idx.size());
   AxisExtents ext = x.spec().all_extents();
@@ -425,8 +424,7 @@ ShardTensor gather_global_sharded(const ShardTensor& x, int dim, const ShardTens
   GatherCtx ctx{x.mesh(), plan_for("gather_global", x, d, index, axis), "gather_global", false, {}, {}};
   if (index.spec().placement(axis).is_replicate()) find_own_rows(ctx, x, index, axis);
   const Tensor out = fetch_rows(ctx.mesh, ctx.plan, xm.detach(), "gather_global.forward");
-  const Tensor y = record_collective("gather_global", {xm}, std::vector<Tensor>{out}, any_requires_grad({xm}),
-                                     std::move(ctx), gather_backward)[0];
+  const Tensor y = record("gather_global", {xm}, std::vector<Tensor>{out}, std::move(ctx), gather_backward)[0];
   return ShardTensor(from_rows(y, x.local().shape(), d, index.local().shape()), spec);
 }
 
@@ -457,9 +455,8 @@ ShardTensor scatter_add_global_sharded(const ShardTensor& x, int dim, const Shar
   const Tensor pushed = ctx.local_backward ? push_own_rows(ctx, sm.detach())
                                            : push_rows(ctx.mesh, ctx.plan, sm.detach(), "scatter_add_global.forward");
   const Tensor out = add(xm.detach(), pushed);
-  const Tensor y = record_collective("scatter_add_global", {xm, sm}, std::vector<Tensor>{out},
-                                     any_requires_grad({xm, sm}),
-                                     std::move(ctx), scatter_backward)[0];
+  const Tensor y =
+      record("scatter_add_global", {xm, sm}, std::vector<Tensor>{out}, std::move(ctx), scatter_backward)[0];
   return ShardTensor(from_rows(y, x.local().shape(), d, {x.local().size(d)}), x.spec());
 }
 

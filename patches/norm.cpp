@@ -212,8 +212,7 @@ Tensor sharded_norm(const char* op, const Mesh& mesh, std::vector<int> stat_axes
   if (ctx.has_w) inputs.push_back(gamma4);
   if (ctx.has_b) inputs.push_back(beta4);
   // Recorded when an input needs grad (the same on every rank, so all run the backward's collective together).
-  return record_collective(op, inputs, std::vector<Tensor>{y}, any_requires_grad(inputs), std::move(ctx),
-                           sharded_norm_backward)[0];
+  return record(op, inputs, std::vector<Tensor>{y}, std::move(ctx), sharded_norm_backward)[0];
 }
 
 // ---- group_norm ---------------------------------------------------------------------------------------------

@@ -158,8 +158,8 @@ std::vector<Tensor> reduce_grads_over(const char* op, const Mesh& mesh, const st
   if ((axes.empty() && share == 1) || inputs.empty()) return operands;
   const std::string label = std::string(op) + ".backward";
   const std::string node_name = std::string(op) + ".reduce_grads";
-  std::vector<Tensor> outs = record_collective(node_name.c_str(), inputs, inputs, any_requires_grad(inputs),
-                                               ReduceGradsCtx{mesh, axes, label, share}, reduce_grads_backward);
+  std::vector<Tensor> outs =
+      record(node_name.c_str(), inputs, inputs, ReduceGradsCtx{mesh, axes, label, share}, reduce_grads_backward);
   std::vector<Tensor> result = operands;
   for (size_t k = 0; k < reduced.size(); ++k) result[reduced[k]] = outs[k];
   return result;

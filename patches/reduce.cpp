@@ -166,9 +166,7 @@ ShardTensor extremum_sharded(const char* op, ReduceOp extremum, const ShardTenso
   const Tensor y_kept = sharded_amax_forward(ctx, x.local());
   // Recorded only when an input needs grad (inference keeps nothing alive). Whether one does is the same on
   // every rank, so every rank records the node and runs the backward's collectives together.
-  const Tensor y = record_collective(op, {x.local()}, std::vector<Tensor>{y_kept}, any_requires_grad({x.local()}),
-                                     std::move(ctx),
-                                     sharded_amax_backward)[0];
+  const Tensor y = record(op, {x.local()}, std::vector<Tensor>{y_kept}, std::move(ctx), sharded_amax_backward)[0];
   return ShardTensor(keepdim ? y : reshape(y, spec.local_shape()), spec);
 }
 

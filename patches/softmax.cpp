@@ -67,8 +67,7 @@ std::vector<SoftmaxPatch> softmax_table(const char* op, bool is_log) {
     // Recorded only when an input needs grad (inference keeps nothing alive). Whether one does is the same on
     // every rank, so every rank records the node and runs the backward's collectives together.
     return ShardTensor(
-        record_collective(op, {x.local()}, std::vector<Tensor>{y}, any_requires_grad({x.local()}), std::move(ctx),
-                          sharded_softmax_backward)[0],
+        record(op, {x.local()}, std::vector<Tensor>{y}, std::move(ctx), sharded_softmax_backward)[0],
         x.spec());
   };
   auto dim_unsharded = [op](const ShardTensor& x, int dim) {
