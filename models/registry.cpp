@@ -1,0 +1,49 @@
+#include <sstream>
+#include <utility>
+
+#include "models/model.h"
+#include "runtime/errors.h"
+
+namespace shardrt::models {
+
+namespace {
+
+// The bundled models, by registry name. Each builder lives with its model (models/<name>.cpp).
+const std::vector<std::pair<std::string, ModelBuilder>>& registry() {
+  static const std::vector<std::pair<std::string, ModelBuilder>> table = {
+  };
+  return table;
+}
+
+}  // namespace
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> out;
+  for (const auto& [name, build] : registry()) out.push_back(name);
+  return out;
+}
+
+std::unique_ptr<Model> build_model(const std::string& name, const Json& config, const ModelOptions& options) {
+  for (const auto& [n, build] : registry())
+    if (n == name) return build(config, options);
+  std::ostringstream os;
+  os << "build_model: unknown model '" << name << "'; the bundled models are";
+  for (const auto& n : model_names()) os << " " << n;
+  throw ValueError(os.str());
+}
+
+void check_input_names(const Model& model, const std::map<std::string, ShardTensor>& inputs) {
+  const std::vector<ModelInput> known = model.inputs();
+  std::ostringstream list;
+  for (const ModelInput& in : known) list << " " << in.name << (in.required ? "" : " (optional)");
+  for (const auto& [name, t] : inputs) {
+    bool found = false;
+    for (const ModelInput& in : known) found |= in.name == name;
+    SHARDRT_CHECK(found, ValueError, model.kind(), ": unknown input '", name, "'; its inputs are", list.str());
+  }
+  for (const ModelInput& in : known)
+    SHARDRT_CHECK(!in.required || inputs.count(in.name), ValueError, model.kind(), ": the required input '", in.name,
+                  "' ", in.shape, " is missing; its inputs are", list.str());
+}
+
+}  // namespace shardrt::models
