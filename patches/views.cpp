@@ -1,9 +1,13 @@
 // Sharded views and shape ops: reshape, view, permute, transpose, unsqueeze, squeeze, select, expand, cat, split.
 //
 // Accepted placements: any Shard/Replicate placements, as long as every sharded dim survives whole:
-//   reshape/view: each sharded dim d must reappear as one dim of the new shape with the same extent and the same
-//     products of leading and of trailing extents — then row-major order maps it onto that dim, and the local
-//     reshape of every shard is a slice of the global reshape. Merging or splitting a sharded dim is rejected.
+//   reshape/view: each sharded dim d (sharded by one mesh axis) must, with the same product of leading dims,
+//     reappear in the new shape either whole (same size and trailing product), or merged with the unsharded dims
+//     right after it ((B, H, W, C) with H sharded -> (B, H*W, C): rank r's rows become the contiguous range of
+//     H-extent * W tokens), or split into a leading part and trailing dims whose product divides every rank's
+//     extent (the inverse). In each case a rank's block is contiguous in row-major order, so the local reshape of
+//     every shard is a slice of the global reshape; extents scale by the merged (split) trailing product.
+//     Anything else (a sharded dim merged behind another dim, split across ranks' blocks) is rejected.
 //   squeeze/select: the dim removed must not be sharded. cat: along an unsharded dim; every input on the same
 //     mesh with the same placements; an input whose extents differ from the first input's (a caller
 //     decomposition of the same global size) is first redistributed to them (patches/align.h), or, under the
@@ -18,6 +22,7 @@
 //   error on every rank, before the placements are looked at).
 // Saved for backward per rank: shapes only (the local view ops' own contexts).
 #include <numeric>
+#include <optional>
 
 #include "autograd/tape.h"
 #include "patches/align.h"
@@ -58,18 +63,57 @@ Shape resolve_shape(const char* op, Shape shape, int64_t numel) {
   return shape;
 }
 
-// The dim of `to` onto which dim d of `from` maps whole (same extent, same leading and trailing products), or -1.
-int whole_dim_in(const Shape& from, int d, const Shape& to) {
+// Where sharded dim d of `from` goes in `to`: the dim it becomes and the factor its extents take (multiplied by
+// `mul` when unsharded dims after it merge into it, divided by `div` when it splits into it and trailing dims).
+struct DimMove {
+  int to = -1;
+  int64_t mul = 1, div = 1;
+};
+
+// `sharded_after(d, j)`: some dim in (d, j) of `from` is sharded (merging it would interleave ranks' blocks).
+template <typename ShardedAfter>
+DimMove move_of(const Shape& from, int d, const Shape& to, ShardedAfter sharded_after) {
   const auto ud = static_cast<size_t>(d);
   const int64_t lead = product(from, 0, ud), trail = product(from, ud + 1, from.size());
-  for (size_t k = 0; k < to.size(); ++k)
-    if (to[k] == from[ud] && product(to, 0, k) == lead && product(to, k + 1, to.size()) == trail)
-      return static_cast<int>(k);
-  return -1;
+  for (size_t k = 0; k < to.size(); ++k) {
+    if (product(to, 0, k) != lead) continue;
+    if (to[k] == from[ud] && product(to, k + 1, to.size()) == trail) return {static_cast<int>(k), 1, 1};
+    // merge: to[k] = from[d] * from[d+1] * ... * from[j-1]
+    for (size_t j = ud + 2; j <= from.size(); ++j)
+      if (to[k] == product(from, ud, j) && !sharded_after(d, static_cast<int>(j)))
+        return {static_cast<int>(k), product(from, ud + 1, j), 1};
+    // split: from[d] = to[k] * to[k+1] * ... * to[j-1]
+    for (size_t j = k + 2; j <= to.size(); ++j)
+      if (from[ud] == product(to, k, j)) return {static_cast<int>(k), 1, product(to, k + 1, j)};
+  }
+  return {};
 }
 
-// Where each dim goes (old dim -> new dim; -1 for a dim that does not survive whole, which only an unsharded
-// dim may do).
+// The moves of x's sharded dims into `to`; nullopt when some sharded dim has no exact move (or is sharded by
+// several mesh axes, or some extent does not divide by a split's trailing product).
+std::optional<std::vector<DimMove>> sharded_moves(const ShardSpec& s, const Shape& to) {
+  std::vector<DimMove> moves(static_cast<size_t>(s.ndim()));
+  const Shape& from = s.global_shape();
+  auto sharded_after = [&](int d, int j) {
+    for (int e = d + 1; e < j; ++e)
+      if (s.axis_sharding(e) >= 0) return true;
+    return false;
+  };
+  std::vector<int> axes_of_dim(static_cast<size_t>(s.ndim()), 0);
+  for (int m : patch::shard_axes(s)) ++axes_of_dim[static_cast<size_t>(s.placement(m).dim)];
+  for (int m : patch::shard_axes(s)) {
+    const int d = s.placement(m).dim;
+    DimMove mv = move_of(from, d, to, sharded_after);
+    if (mv.to < 0) return std::nullopt;
+    if ((mv.mul != 1 || mv.div != 1) && axes_of_dim[static_cast<size_t>(d)] > 1) return std::nullopt;
+    for (int64_t e : s.extents(m))
+      if (e % mv.div != 0) return std::nullopt;
+    moves[static_cast<size_t>(d)] = mv;
+  }
+  return moves;
+}
+
+// Where each dim goes (old dim -> new dim) for the ops that move dims without changing their sizes.
 using DimMap = std::vector<int>;
 
 // x's spec with its sharded dims moved by `moved` and a new global shape; extents travel with their dims.
@@ -87,20 +131,23 @@ ReshapePatch reshape_patch(const char* op, LocalReshape local_op) {
     return resolve_shape(op, shape, shape_numel(x.global_shape()));
   };
   auto accepts = [target](const ShardTensor& x, const Shape& shape) {
-    if (!no_partial(x)) return false;
-    const Shape to = target(x, shape);
-    for (int m : patch::shard_axes(x.spec()))
-      if (whole_dim_in(x.global_shape(), x.spec().placement(m).dim, to) < 0) return false;
-    return true;
+    return no_partial(x) && sharded_moves(x.spec(), target(x, shape)).has_value();
   };
   auto run = [op, target, local_op](const ShardTensor& x, const Shape& shape) {
     const Shape to = target(x, shape);
-    DimMap moved(static_cast<size_t>(x.dim()));
-    for (int d = 0; d < x.dim(); ++d) moved[static_cast<size_t>(d)] = whole_dim_in(x.global_shape(), d, to);
-    const ShardSpec spec = renumbered(op, x.spec(), moved, to);
+    const std::vector<DimMove> moves = *sharded_moves(x.spec(), to);
+    const ShardSpec& s = x.spec();
+    Placements placements = s.placements();
+    AxisExtents extents = s.all_extents();
+    for (int m : patch::shard_axes(s)) {
+      const DimMove& mv = moves[static_cast<size_t>(s.placement(m).dim)];
+      placements[static_cast<size_t>(m)] = Placement::Shard(mv.to);
+      for (int64_t& e : extents[static_cast<size_t>(m)]) e = e * mv.mul / mv.div;
+    }
+    const ShardSpec spec = s.with(placements, to, extents, op);
     return ShardTensor(local_op(x.local(), spec.local_shape()), spec);
   };
-  return {"reshape/sharded-dims-kept-whole", accepts, run};
+  return {"reshape/sharded-dims-whole-merged-or-split", accepts, run};
 }
 
 Tensor local_reshape(const Tensor& x, const Shape& s) { return reshape(x, s); }

@@ -1,5 +1,6 @@
 // View patches against the serial fp64 oracle. Views move sharded dims around without any collective and keep their
-// per-rank extents; reshapes that would merge or split a sharded dim are refused.
+// per-rank extents; a sharded dim may merge with the unsharded dims right after it (extents scale up) or split
+// into a leading part and trailing dims that divide every extent; other merges and splits are refused.
 #include "tests/patches/bad_input_testing.h"
 
 using namespace shardrt;
@@ -42,11 +43,44 @@ TEST_CASE("patch views: sharded dims move with their extents, no collectives", "
     }
 }
 
+TEST_CASE("patch reshape: a sharded dim merges with the dims after it and splits back, no collectives", "[patch]") {
+  // x (2, 7, 3, 4): rows sharded (the image rows of a ViT or a structured FLARE input), flattened to tokens
+  // (2, 21, 4) and back, and a split of the merged dim with other trailing sizes.
+  auto fn = [](const std::vector<ShardTensor>& in, const std::vector<Tensor>&) {
+    const ShardTensor tokens = reshape(in[0], {2, 21, 4});
+    return std::vector<ShardTensor>{tokens, view(tokens, {2, 7, 3, 4}), reshape(in[0], {2, 7, 12}),
+                                    reshape(in[0], {2, 84}), reshape(reshape(in[0], {2, 84}), {2, 7, 3, 2, 2})};
+  };
+  const Mesh& line = line_mesh();
+  const ShardTensor x = distribute(rnd({2, 7, 3, 4}, 67), line, on_line(S(1)));
+  const ShardTensor t = reshape(x, {2, 21, 4});
+  CHECK(t.placements()[0] == S(1));
+  std::vector<int64_t> want = x.spec().extents(0);
+  for (int64_t& e : want) e *= 3;
+  CHECK(t.spec().extents(0) == want);
+  for (const ExtentsCase& e : extents_cases(7, line.size())) {
+    ShardedCase c = sharded_case("reshape merge/split " + e.name, {rnd({2, 7, 3, 4}, 68)}, {on_line(S(1))},
+                                 {{e.extents}});
+    check_patch(line, fn, c, {});
+  }
+  if (has_grid())  // batch over one axis, rows over the other
+    for (const auto& ext : grid_extents(2, 7)) {
+      ShardedCase c = sharded_case("reshape merge 2x2", {rnd({2, 7, 3, 4}, 69)}, {kGridS0S1}, {ext});
+      check_patch(grid_mesh(), fn, c, {});
+    }
+}
+
 TEST_CASE("patch views: merging, splitting or removing a sharded dim is MissingShardPatch", "[patch]") {
   const Mesh& line = line_mesh();
   const ShardTensor x = distribute(rnd({2, 11, 6}, 65), line, on_line(Placement::Shard(1)));
+  // merged behind an unsharded dim: ranks' blocks would interleave
   CHECK_THROWS_WITH(reshape(x, {22, 6}), Catch::Contains("reshape") && Catch::Contains("S(1)"));
-  CHECK_THROWS_AS(reshape(x, {2, 66}), MissingShardPatch);
+  CHECK_THROWS_AS(reshape(x, {2, 33, 2}), MissingShardPatch);
+  // a split whose trailing product (3) does not divide every rank's extent
+  const ShardTensor y = distribute(rnd({2, 12, 2}, 70), line, on_line(S(1)), AxisExtents{split_around_zero(12, line.size())});
+  bool divisible = true;
+  for (int64_t e : y.spec().extents(0)) divisible &= e % 3 == 0;
+  if (!divisible) CHECK_THROWS_AS(reshape(y, {2, 4, 3, 2}), MissingShardPatch);
   CHECK_THROWS_AS(select(x, 1, 0), MissingShardPatch);
   CHECK_THROWS_AS(cat({x, x}, 1), MissingShardPatch);
   CHECK_THROWS_AS(permute(sum(x, {1}), {1, 0}), MissingShardPatch);
