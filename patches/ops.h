@@ -165,7 +165,9 @@ ShardTensor log_softmax(const ShardTensor& x, int dim);
 
 // ---- views on unsharded dims (patches/views.cpp) -------------------------------------------------------------
 // Extents are tracked: a sharded dim keeps its per-rank extents wherever it moves. No collective either way.
-ShardTensor reshape(const ShardTensor& x, const Shape& global_shape);  // sharded dim must be kept intact
+// reshape/view: a sharded dim stays whole, merges with the unsharded dims right after it ((B, H, W, C) -> (B, H*W, C),
+// extents times W), or splits into a leading dim and trailing dims dividing every extent; other merges are refused.
+ShardTensor reshape(const ShardTensor& x, const Shape& global_shape);
 ShardTensor view(const ShardTensor& x, const Shape& global_shape);     // reshape without a copy
 ShardTensor permute(const ShardTensor& x, const std::vector<int>& dims);
 ShardTensor transpose(const ShardTensor& x, int d0, int d1);

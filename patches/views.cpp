@@ -75,13 +75,19 @@ template <typename ShardedAfter>
 DimMove move_of(const Shape& from, int d, const Shape& to, ShardedAfter sharded_after) {
   const auto ud = static_cast<size_t>(d);
   const int64_t lead = product(from, 0, ud), trail = product(from, ud + 1, from.size());
+  // Whole first (a size-1 dim before it in `to` must not turn it into a split), then merges, then splits.
+  for (size_t k = 0; k < to.size(); ++k)
+    if (product(to, 0, k) == lead && to[k] == from[ud] && product(to, k + 1, to.size()) == trail)
+      return {static_cast<int>(k), 1, 1};
   for (size_t k = 0; k < to.size(); ++k) {
     if (product(to, 0, k) != lead) continue;
-    if (to[k] == from[ud] && product(to, k + 1, to.size()) == trail) return {static_cast<int>(k), 1, 1};
     // merge: to[k] = from[d] * from[d+1] * ... * from[j-1]
     for (size_t j = ud + 2; j <= from.size(); ++j)
       if (to[k] == product(from, ud, j) && !sharded_after(d, static_cast<int>(j)))
         return {static_cast<int>(k), product(from, ud + 1, j), 1};
+  }
+  for (size_t k = 0; k < to.size(); ++k) {
+    if (product(to, 0, k) != lead || to[k] == 1) continue;
     // split: from[d] = to[k] * to[k+1] * ... * to[j-1]
     for (size_t j = k + 2; j <= to.size(); ++j)
       if (from[ud] == product(to, k, j)) return {static_cast<int>(k), 1, product(to, k + 1, j)};
