@@ -299,9 +299,13 @@ ShardTensor distribute(const Tensor& full, const Mesh& mesh, const Placements& p
 }
 
 ShardTensor scatter(const Tensor& full, int src, const Mesh& mesh, const Placements& placements) {
+  reject_partial("scatter", placements);
+  return scatter(full, src, mesh, [&placements](const Shape&) { return ScatterLayout{placements, {}}; });
+}
+
+ShardTensor scatter(const Tensor& full, int src, const Mesh& mesh, const ScatterLayoutFor& layout_for) {
   SHARDRT_CHECK(src >= 0 && src < mesh.size(), ValueError, "scatter: source rank ", src, " is not a rank of ",
                 mesh.str(), " (", mesh.size(), " ranks)");
-  reject_partial("scatter", placements);
   const Communicator& flat = mesh.flat();
   const bool is_src = mesh.rank() == src;
   auto scope = flat.ledger().scope("scatter");
@@ -326,7 +330,11 @@ ShardTensor scatter(const Tensor& full, int src, const Mesh& mesh, const Placeme
   const DType dtype = static_cast<DType>(h[2]);
   const Device device = h[3] != 0 ? mesh.device() : Device::cpu();
   const Shape shape(h + 5, h + 5 + h[4]);
-  ShardSpec spec = ShardSpec::split_evenly(mesh, placements, shape, "scatter");
+  // Every rank chooses the same layout from the same broadcast shape.
+  const ScatterLayout layout = layout_for(shape);
+  reject_partial("scatter", layout.placements);
+  ShardSpec spec = layout.extents.empty() ? ShardSpec::split_evenly(mesh, layout.placements, shape, "scatter")
+                                          : ShardSpec(mesh, layout.placements, shape, layout.extents, "scatter");
 
   // src slices; every other rank receives exactly its window, nothing more.
   if (device.is_cuda()) flat.init_cuda();

@@ -13,6 +13,7 @@
 // Partial->Shard (reduce-scatter) has the all-gather, and Shard(d)->Shard(d) to other extents (all_to_all_v) has
 // the reverse all_to_all_v.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,15 @@ ShardTensor distribute(const Tensor& full, const Mesh& mesh, const Placements& p
 // shard; other ranks get no grad). Every rank records the node, so every rank must call backward. Partial
 // placements are rejected (MissingShardPatch).
 ShardTensor scatter(const Tensor& full, int src, const Mesh& mesh, const Placements& placements);
+// The same, for a caller that only knows the layout once it knows the shape (a model reading its inputs from a file
+// on rank `src`): every rank calls `layout_for` with the broadcast global shape and must get the same answer; empty
+// extents mean split_extents. The extents may be uneven or zero-size.
+struct ScatterLayout {
+  Placements placements;
+  AxisExtents extents;
+};
+using ScatterLayoutFor = std::function<ScatterLayout(const Shape& global_shape)>;
+ShardTensor scatter(const Tensor& full, int src, const Mesh& mesh, const ScatterLayoutFor& layout_for);
 // Options of from_local. Partial is a pending sum that only sharded ops produce; wrapping rank-distinct parts as
 // one is an explicit decision, so it must be asked for.
 struct FromLocalOptions {
