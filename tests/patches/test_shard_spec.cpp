@@ -187,6 +187,37 @@ TEST_CASE("scatter: src sends only the shards; backward gathers the shard grads 
   CHECK_THROWS_AS(scatter(plain, src, mesh, {S(2)}), ValueError);     // known after the header, on every rank
 }
 
+TEST_CASE("scatter with a layout chosen from the shape: caller extents, zero-size shards, grads back", "[core][construct]") {
+  const Mesh mesh = world_1d();
+  const int n = mesh.size(), me = mesh.rank();
+  const Shape shape{2, 3 * n + 1};
+  Tensor full;
+  if (me == 0) {
+    full = iota(shape);
+    set_requires_grad(full);
+  }
+  // Only rank 0 knows the shape; every rank derives the same layout from the broadcast one: all columns but one on
+  // the last rank, nothing on rank 0 (when there are several).
+  auto layout_for = [n](const Shape& s) {
+    Extents e(static_cast<size_t>(n), 1);
+    if (n > 1) e[0] = 0;
+    int64_t rest = s[1];
+    for (int64_t v : e) rest -= v;
+    e.back() += rest;
+    return ScatterLayout{{S(1)}, AxisExtents{e}};
+  };
+  ShardTensor x = scatter(full, 0, mesh, layout_for);
+  const AxisExtents want = layout_for(shape).extents;
+  CHECK(x.spec().extents(0) == want[0]);
+  CHECK_SAME_VALUES(x.local(), window(iota(shape), x.spec()));
+  const Tensor g = rnd(shape, 5);
+  backward_global(x, g);
+  if (me == 0) CHECK_SAME_VALUES(grad_of(full), g);
+  // Extents that do not fit the shape: the same ShapeError on every rank.
+  auto bad = [](const Shape&) { return ScatterLayout{{S(1)}, AxisExtents{Extents{1}}}; };
+  if (n > 1) CHECK_THROWS_AS(scatter(me == 0 ? iota(shape) : Tensor(), 0, mesh, bad), ShapeError);
+}
+
 TEST_CASE("scatter on ddp x domain: replicas receive their shard; one grad copy per shard returns",
           "[core][construct]") {
   for (auto gshape : grids()) {
