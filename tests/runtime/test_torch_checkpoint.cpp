@@ -123,6 +123,16 @@ TEST_CASE("load_weights reads a torch file and keeps a plain state dict as it is
   require_equal_to_twin(w.tensors, "all_dtypes.expected.safetensors");
 }
 
+TEST_CASE("a higher pickle protocol and a checkpoint saved from a GPU load the same tensors", "[torch]") {
+  for (const char* name : {"protocol4.pt", "saved_on_cuda.pt"}) {
+    INFO(name);
+    const LoadedWeights w = load_weights(fixture(name));
+    REQUIRE(w.format == "torch-zip");
+    REQUIRE(w.notes.empty());
+    require_equal_to_twin(w.tensors, "linear.expected.safetensors");
+  }
+}
+
 TEST_CASE("load_weights strips DDP 'module.' and torch.compile '_orig_mod.' prefixes with a note", "[torch]") {
   for (const char* name : {"ddp_prefixed.pth", "compiled_prefixed.pt"}) {
     INFO(name);

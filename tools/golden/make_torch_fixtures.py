@@ -80,6 +80,17 @@ def prefixed_and_training(sd):
     torch.save({f"module._orig_mod.{k}": v for k, v in sd.items()}, OUT / "compiled_prefixed.pt")
     torch.save({"epoch": 3, "model_state_dict": sd, "loss": 0.25, "tags": ["a", "b"]}, OUT / "training.pt")
     torch.save({"epoch": 3, "weights_of_some_kind": sd}, OUT / "training_unknown_key.pt")
+    # A higher pickle protocol: FRAME, STACK_GLOBAL, MEMOIZE and SHORT_BINUNICODE instead of protocol 2's opcodes.
+    torch.save(sd, OUT / "protocol4.pt", pickle_protocol=4)
+    # Saved from a GPU: only the persistent ids' location string differs ("cuda:0"; the storage bytes are the same).
+    # Written by editing a CPU save, since the fixture machine has no GPU; the BINUNICODE length changes with it.
+    buffer = io.BytesIO()
+    torch.save(sd, buffer)
+    (OUT / "linear_plain.pt").write_bytes(buffer.getvalue())
+    cpu, cuda = b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0"
+    rewrite_zip(OUT / "linear_plain.pt", OUT / "saved_on_cuda.pt",
+                lambda n, b: b.replace(cpu, cuda) if n.endswith("/data.pkl") else b)
+    (OUT / "linear_plain.pt").unlink()
     expected("linear", sd)
 
 
