@@ -94,10 +94,7 @@ def cosine_grad_output(shape):
 
 
 def build(model):
-    kwargs = dict(WORKLOADS[model]["config"])
-    for key in ("img_size", "structured_shape"):
-        if key in kwargs:
-            kwargs[key] = tuple(kwargs[key])
+    kwargs = physicsnemo_models.constructor_kwargs(WORKLOADS[model]["config"])
     torch.manual_seed(0)
     if model == "vit":
         net = physicsnemo_models.hybrid_vit_class(ARGS.physicsnemo_src)(**kwargs)

@@ -63,7 +63,7 @@ def check_case(case, spec, folder, src):
         fail(case, "a tensor is not contiguous fp64")
 
     torch.manual_seed(0)  # any init: every state_dict entry is overwritten below
-    kwargs = make_goldens.constructor_kwargs(spec["model"], config)
+    kwargs = physicsnemo_models.constructor_kwargs(config)
     net = (physicsnemo_models.hybrid_vit_class(src) if spec["model"] == "vit"
            else physicsnemo_models.flare_class())(**kwargs).double().eval()
     sd_keys = list(net.state_dict())

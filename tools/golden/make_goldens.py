@@ -55,15 +55,6 @@ CASES = {
 SPEC_STATED = {"flare_irregular": dict(params=12290, keys=42)}
 
 
-def constructor_kwargs(model, config):
-    """JSON has no tuples: img_size / structured_shape are lists in config.json and tuples for the constructor."""
-    kwargs = dict(config)
-    for key in ("img_size", "structured_shape"):
-        if key in kwargs:
-            kwargs[key] = tuple(kwargs[key])
-    return kwargs
-
-
 def vit_expected_counts(c):
     """models-spec.md §1.3/§1.4: parameter count and state_dict entry count of a HybridViT config."""
     e, p, d = c["embed_dim"], c["patch_size"], len(c["img_size"])
@@ -99,7 +90,7 @@ def flare_expected_counts(c):
 
 
 def build(model, config):
-    kwargs = constructor_kwargs(model, config)
+    kwargs = physicsnemo_models.constructor_kwargs(config)
     if model == "vit":
         return physicsnemo_models.hybrid_vit_class(ARGS.physicsnemo_src)(**kwargs)
     return physicsnemo_models.flare_class()(**kwargs)

@@ -37,6 +37,15 @@ def hybrid_vit_class(physicsnemo_src):
     return importlib.import_module(f"{_PACKAGE}.ViT").HybridViT
 
 
+def constructor_kwargs(config):
+    """JSON has no tuples: img_size / structured_shape are lists in a config.json, tuples for the constructors."""
+    kwargs = dict(config)
+    for key in ("img_size", "structured_shape"):
+        if kwargs.get(key) is not None:
+            kwargs[key] = tuple(kwargs[key])
+    return kwargs
+
+
 def flare_class():
     from physicsnemo.models.flare import FLARE
     return FLARE
