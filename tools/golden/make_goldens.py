@@ -201,6 +201,9 @@ def make_case(case, spec, out_dir):
         f.write("\n")
     save_file({k: contiguous(v) for k, v in inputs.items()}, f"{base}.inputs.safetensors")
     save_file({"output": contiguous(grad_output)}, f"{base}.grad_output.safetensors")
+    # The state dict alone, keyed by PhysicsNeMo's names: what `shardrt-infer --weights` reads in the README example.
+    save_file({k[len("param."):]: v for k, v in tensors.items() if k.startswith("param.")},
+              f"{base}.weights.safetensors")
 
     if case == "flare_irregular":
         net.save(f"{base}.mdlus")  # PhysicsNeMo's own checkpoint writer: zip of model.pt + args.json

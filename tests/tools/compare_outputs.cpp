@@ -1,0 +1,56 @@
+// compare_outputs RESULT.safetensors GOLDEN.safetensors RTOL: every tensor of RESULT (what shardrt-infer wrote:
+// output, grad_input.<name>, grad.<param>) against the same key of GOLDEN, relative error max|a-b| / max|b|. Exits 0
+// when all are within RTOL and RESULT holds at least one grad when GOLDEN has grads; prints one line per key.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "runtime/safetensors.h"
+
+using namespace shardrt;
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: compare_outputs RESULT.safetensors GOLDEN.safetensors RTOL\n");
+    return 2;
+  }
+  try {
+    const SafetensorsFile got = load_safetensors(argv[1]), want = load_safetensors(argv[2]);
+    const double rtol = std::atof(argv[3]);
+    int bad = 0, compared = 0;
+    for (const auto& [key, t] : got.tensors()) {
+      if (!want.contains(key)) {
+        std::printf("%-40s not in the golden\n", key.c_str());
+        ++bad;
+        continue;
+      }
+      const Tensor& w = want.get(key);
+      if (t.shape() != w.shape()) {
+        std::printf("%-40s shape %s, golden %s\n", key.c_str(), shape_str(t.shape()).c_str(), shape_str(w.shape()).c_str());
+        ++bad;
+        continue;
+      }
+      const auto a = t.to_vector(), b = w.to_vector();
+      double err = 0, scale = 0;
+      for (size_t i = 0; i < a.size(); ++i) err = std::fmax(err, std::fabs(a[i] - b[i])), scale = std::fmax(scale, std::fabs(b[i]));
+      const double rel = scale > 0 ? err / scale : err;
+      const bool ok = rel <= rtol && std::isfinite(rel);
+      bad += ok ? 0 : 1;
+      ++compared;
+      std::printf("%-40s rel %.3e %s\n", key.c_str(), rel, ok ? "ok" : "TOO LARGE");
+    }
+    // Not vacuous: the output and every parameter grad the golden has must be there.
+    for (const auto& [key, t] : want.tensors())
+      if ((key == "output" || key.rfind("grad.", 0) == 0) && !got.contains(key)) {
+        std::printf("%-40s missing from the result\n", key.c_str());
+        ++bad;
+      }
+    std::printf("%d tensors compared, %d bad\n", compared, bad);
+    return bad == 0 && compared > 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "compare_outputs: %s\n", e.what());
+    return 2;
+  }
+}
