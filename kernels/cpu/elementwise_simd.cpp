@@ -1,6 +1,7 @@
 // Vector bodies of the elementwise kernels, compiled once per SIMD target (kernels/cpu/simd.h has the pattern).
 // Each formula is the scalar one of kernels/cpu/elementwise.cpp written on whole vectors, with the same NaN, kink
-// and saturation rules; only the rounding of exp / erf / tanh differs (SLEEF's, within 1 ulp).
+// and saturation rules; only the rounding of exp / erf / tanh differs (SLEEF's, within 1 ulp; float erf within
+// about 2.3 ulp, see ErfOf in kernels/cpu/simd-inl.h).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/elementwise_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -38,7 +39,8 @@ template <class D, class V>
 HWY_INLINE V NormalCdf(D d, V x) {
   using T = hn::TFromD<D>;
   const V half = hn::Set(d, T(0.5));
-  return hn::Mul(half, hn::Add(hn::Set(d, T(1)), VErf(hn::Mul(hn::Mul(x, hn::Set(d, std::numbers::sqrt2_v<T>)), half))));
+  const V scaled = hn::Mul(hn::Mul(x, hn::Set(d, std::numbers::sqrt2_v<T>)), half);  // x / sqrt 2
+  return hn::Mul(half, hn::Add(hn::Set(d, T(1)), ErfOf(d, scaled)));
 }
 
 template <typename T>
@@ -54,7 +56,7 @@ void UnaryImpl(UnaryOp op, int64_t n, const T* x, T* y) {
     case UnaryOp::sqrt: map([&](V v) HWY_ATTR { return hn::Sqrt(v); }); break;
     case UnaryOp::rsqrt: map([&](V v) HWY_ATTR { return hn::Div(one, hn::Sqrt(v)); }); break;
     case UnaryOp::tanh: map([&](V v) HWY_ATTR { return VTanh(v); }); break;
-    case UnaryOp::erf: map([&](V v) HWY_ATTR { return VErf(v); }); break;
+    case UnaryOp::erf: map([&](V v) HWY_ATTR { return ErfOf(d, v); }); break;
     case UnaryOp::abs: map([&](V v) HWY_ATTR { return hn::Abs(v); }); break;
     // v < 0 ? 0 : v keeps NaN (the comparison is false) and -0.
     case UnaryOp::relu: map([&](V v) HWY_ATTR { return hn::IfThenZeroElse(hn::Lt(v, zero), v); }); break;

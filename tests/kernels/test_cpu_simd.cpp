@@ -46,17 +46,22 @@ TEST_CASE("the vector kernels run on a SIMD target and the BLAS shares OpenMP", 
   CHECK(info.blas_threading == "openmp");
 }
 
-TEST_CASE("vector exp, erf and tanh in float are within 1.5 ulp of fp64", "[kernels][cpu][simd]") {
+TEST_CASE("vector exp, erf and tanh in float are within a few ulp of fp64", "[kernels][cpu][simd]") {
   struct Range {
     cpu::UnaryOp op;
     const char* name;
     double lo, hi;
     double (*fn)(double);
+    double ulps;  // SLEEF's 1.0 for exp and tanh, plus the fp64 reference's own rounding to float; float erf is
+                  // ShardRT's own two-range polynomial, measured at 2.3 (kernels/cpu/simd-inl.h)
   };
-  // exp up to where float overflows and down to where it turns subnormal; erf and tanh across their bend into 1.
-  const std::vector<Range> ranges = {{cpu::UnaryOp::exp, "exp", -87.0, 88.0, [](double v) { return std::exp(v); }},
-                                     {cpu::UnaryOp::erf, "erf", -4.0, 4.0, [](double v) { return std::erf(v); }},
-                                     {cpu::UnaryOp::tanh, "tanh", -9.0, 9.0, [](double v) { return std::tanh(v); }}};
+  // exp up to where float overflows and down to where it turns subnormal; erf and tanh across their bend into 1
+  // (erf through the switch between its two ranges at |x| = 1).
+  const std::vector<Range> ranges = {
+      {cpu::UnaryOp::exp, "exp", -87.0, 88.0, [](double v) { return std::exp(v); }, 1.5},
+      {cpu::UnaryOp::erf, "erf", -4.5, 4.5, [](double v) { return std::erf(v); }, 2.5},
+      {cpu::UnaryOp::erf, "erf near 0", -1e-3, 1e-3, [](double v) { return std::erf(v); }, 2.5},
+      {cpu::UnaryOp::tanh, "tanh", -9.0, 9.0, [](double v) { return std::tanh(v); }, 1.5}};
   for (const Range& r : ranges) {
     INFO(r.name);
     const int64_t n = 20001;
@@ -67,9 +72,9 @@ TEST_CASE("vector exp, erf and tanh in float are within 1.5 ulp of fp64", "[kern
       want[i] = r.fn(static_cast<double>(x[i]));
     }
     cpu::unary<float>(r.op, n, x.data(), y.data());
-    // SLEEF promises 1.0 ulp; 1.5 leaves room for the rounding of the fp64 reference to float. The scalar C
-    // library, for comparison, is within 1 ulp as well, so the vector path costs no accuracy.
-    CHECK(worst_float_ulps(y, want) <= 1.5);
+    const double worst = worst_float_ulps(y, want);
+    INFO("worst " << worst << " ulp");
+    CHECK(worst <= r.ulps);
   }
   // Saturation and specials through the vector path: exp overflows to inf and underflows to 0, erf and tanh reach
   // +-1, NaN stays NaN.
