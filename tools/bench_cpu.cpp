@@ -3,8 +3,12 @@
 // Inputs are deterministic and identical on both sides, without an RNG: element i (row-major) of input number
 // `seed` is sin(0.37 i + seed) * scale, computed in double and cast to f32; grad_output is cos(0.11 i).
 // Prints one line:
-//   bench-cpu impl=shardrt workload=W threads=N reps=R min_ms=.. median_ms=.. checksum=s,q;s,q;...
-// with the sum and the sum of squares of the output and then of each input's grad (fwdbwd only).
+//   bench-cpu impl=shardrt workload=W threads=N reps=R min_ms=.. median_ms=.. checksum=s,q;s,q;... bytes=B
+//   blas=openmp simd=AVX3
+// with the sum and the sum of squares of the output and then of each input's grad (fwdbwd only), the least bytes
+// a memory-bound workload must move (0 for the others), and what the kernels ran on. With --bandwidth it
+// measures the machine's memory bandwidth instead (STREAM-style copy and triad) and prints
+//   bench-cpu-bandwidth threads=N copy_gbs=.. triad_gbs=..
 #include <cblas.h>
 #include <omp.h>
 
@@ -21,6 +25,7 @@
 #include "autograd/engine.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "kernels/cpu/cpu_info.h"
 #include "runtime/factories.h"
 
 using namespace shardrt;
@@ -43,7 +48,50 @@ Tensor grad_output(const Shape& shape) {
 struct Workload {
   std::vector<Tensor> inputs;
   std::function<Tensor(const std::vector<Tensor>&)> forward;
+  // Memory-bound workloads: the f32 tensors of `elements` elements the forward reads and writes (x in, y out:
+  // 2) and the backward adds (x or y and grad_output in, grad_input out: 3), parameters and statistics left out.
+  // Bytes moved = tensors * elements * 4, counted as STREAM counts its arrays (no write-allocate traffic).
+  int64_t elements = 0;
 };
+
+// Least bytes `w` moves in a step (0 when it is not memory-bound).
+double bytes_moved(const Workload& w, bool bwd) { return 4.0 * static_cast<double>(w.elements) * (bwd ? 5 : 2); }
+
+// STREAM-style bandwidth over arrays far larger than the caches (3 x 128 MiB against a 32 MiB L3 here): copy
+// (a = b, 2 arrays of traffic) and triad (a = b + s c, 3), each the best of 5 sweeps, on the OpenMP threads the
+// workloads use, with the pages first touched by the thread that later sweeps them.
+void print_bandwidth(int threads) {
+  const int64_t n = int64_t{1} << 25;
+  float* a = new float[n];
+  float* b = new float[n];
+  float* c = new float[n];
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) a[i] = 0.0f, b[i] = 1.0f, c[i] = 2.0f;
+  auto best_gbs = [&](double arrays, auto sweep) {
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      sweep();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::max(best, arrays * 4.0 * static_cast<double>(n) / s / 1e9);
+    }
+    return best;
+  };
+  const double copy = best_gbs(2, [&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = b[i];
+  });
+  const double triad = best_gbs(3, [&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + 0.5f * c[i];
+  });
+  volatile float sink = a[n / 2];  // keeps the sweeps
+  (void)sink;
+  delete[] a;
+  delete[] b;
+  delete[] c;
+  std::printf("bench-cpu-bandwidth threads=%d copy_gbs=%.2f triad_gbs=%.2f\n", threads, copy, triad);
+}
 
 Workload make(const std::string& op) {
   if (op == "matmul")
@@ -51,9 +99,16 @@ Workload make(const std::string& op) {
             [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); }};
   if (op == "layer_norm")
     return {{input({4096, 384}, 1, 2.0, 0.5), input({384}, 2, 0.1, 1.0), input({384}, 3, 0.1)},
-            [](const std::vector<Tensor>& x) { return layer_norm(x[0], {384}, x[1], x[2]); }};
+            [](const std::vector<Tensor>& x) { return layer_norm(x[0], {384}, x[1], x[2]); },
+            4096 * 384};
   if (op == "gelu")
-    return {{input({8, 4096, 128}, 1, 3.0)}, [](const std::vector<Tensor>& x) { return gelu(x[0]); }};
+    return {{input({8, 4096, 128}, 1, 3.0)}, [](const std::vector<Tensor>& x) { return gelu(x[0]); },
+            8 * 4096 * 128};
+  // Softmax over the last dim of the layer_norm shape: the row length of a ViT-S token's features, rows many
+  // enough to split over threads; scale 4 spreads the row so its max shift and sum matter.
+  if (op == "softmax")
+    return {{input({4096, 384}, 1, 4.0)}, [](const std::vector<Tensor>& x) { return softmax(x[0], -1); },
+            4096 * 384};
   if (op == "attention_n256" || op == "attention_n4096") {
     const int64_t h = op == "attention_n256" ? 6 : 1, n = op == "attention_n256" ? 256 : 4096;
     return {{input({1, h, n, 64}, 1, 1.0), input({1, h, n, 64}, 2, 1.0), input({1, h, n, 64}, 3, 1.0)},
@@ -81,13 +136,23 @@ int main(int argc, char** argv) {
   CLI::App app{"One CPU workload of issue 10 in ShardRT: warm-up + R timed runs, one machine-readable line."};
   std::string workload;
   int threads = 1, reps = 10;
-  app.add_option("--workload", workload, "matmul|layer_norm|gelu|attention_n256|attention_n4096|conv2d + _fwd|_fwdbwd")
-      ->required();
+  bool bandwidth = false;
+  app.add_option("--workload", workload,
+                 "matmul|layer_norm|gelu|softmax|attention_n256|attention_n4096|conv2d + _fwd|_fwdbwd");
+  app.add_flag("--bandwidth", bandwidth, "measure the memory bandwidth (copy, triad) instead of a workload");
   app.add_option("--threads", threads, "OpenMP and OpenBLAS threads")->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions")->capture_default_str()->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
+  if (bandwidth) {
+    print_bandwidth(threads);
+    return 0;
+  }
+  if (workload.empty()) {
+    std::fprintf(stderr, "--workload or --bandwidth is required\n");
+    return 2;
+  }
 
   const size_t cut = workload.rfind('_');
   const std::string mode = cut == std::string::npos ? "" : workload.substr(cut + 1);
@@ -125,7 +190,10 @@ int main(int argc, char** argv) {
   std::string checksum = sums(out);
   if (bwd)
     for (const Tensor& t : w.inputs) checksum += ";" + sums(grad_of(t));
-  std::printf("bench-cpu impl=shardrt workload=%s threads=%d reps=%d min_ms=%.4f median_ms=%.4f checksum=%s\n",
-              workload.c_str(), threads, reps, ms.front(), median, checksum.c_str());
+  const kernels::cpu::CpuInfo info = kernels::cpu::cpu_info();
+  std::printf("bench-cpu impl=shardrt workload=%s threads=%d reps=%d min_ms=%.4f median_ms=%.4f checksum=%s "
+              "bytes=%.0f blas=%s simd=%s\n",
+              workload.c_str(), threads, reps, ms.front(), median, checksum.c_str(), bytes_moved(w, bwd),
+              info.blas_threading.c_str(), info.simd_target.c_str());
   return 0;
 }

@@ -37,6 +37,8 @@ def make(op):
                 lambda x, w, b: F.layer_norm(x, [384], w, b, 1e-5))
     if op == "gelu":
         return [data([8, 4096, 128], 1, 3.0)], lambda x: F.gelu(x)  # exact (erf)
+    if op == "softmax":
+        return [data([4096, 384], 1, 4.0)], lambda x: F.softmax(x, dim=-1)
     if op in ("attention_n256", "attention_n4096"):
         h, n = (6, 256) if op == "attention_n256" else (1, 4096)
         return ([data([1, h, n, 64], s, 1.0) for s in (1, 2, 3)],

@@ -19,6 +19,7 @@
 #include "autograd/engine.h"
 #include "autograd/ops.h"
 #include "autograd/tape.h"
+#include "kernels/cpu/cpu_info.h"
 #include "runtime/allocator.h"
 #include "runtime/factories.h"
 
@@ -166,8 +167,11 @@ int main(int argc, char** argv) {
   CLI::App app{"CPU kernel throughput: f32 GEMM next to OpenBLAS and the cores' peak, attention next to naive."};
   CLI11_PARSE(app, argc, argv);
   int threads = openblas_get_num_threads();
-  std::printf("## shardrt bench-kernels (CPU)\n\nOpenBLAS: %s, %d thread(s); hardware threads: %u\n", openblas_get_config(),
-              threads, std::thread::hardware_concurrency());
+  const shardrt::kernels::cpu::CpuInfo info = shardrt::kernels::cpu::cpu_info();
+  std::printf("## shardrt bench-kernels (CPU)\n\nOpenBLAS: %s, %d thread(s), %s threading; hardware threads: %u; "
+              "vector kernels: %s\n",
+              openblas_get_config(), threads, info.blas_threading.c_str(), std::thread::hardware_concurrency(),
+              info.simd_target.c_str());
   bench_gemm(threads);
   bench_attention();
   return 0;

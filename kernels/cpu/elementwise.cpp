@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <numbers>
+#include <optional>
+#include <type_traits>
 #include <vector>
+
+#include "kernels/cpu/elementwise_simd.h"
+#include "kernels/cpu/simd.h"
 
 namespace shardrt::kernels::cpu {
 namespace {
@@ -22,44 +26,6 @@ void parallel_for(int64_t n, Body body) {
 template <typename T, class F>
 void map(int64_t n, const T* x, T* y, F f) {
   parallel_for(n, [&](int64_t i) { y[i] = f(x[i]); });
-}
-
-// gx = gy * d(x, y), the shape of every unary backward.
-template <typename T, class D>
-void map_backward(int64_t n, const T* x, const T* y, const T* gy, T* gx, D d) {
-  parallel_for(n, [&](int64_t i) { gx[i] = gy[i] * d(x[i], y[i]); });
-}
-
-// exp of a non-positive argument only, so large |x| neither overflows nor loses the small tail.
-template <typename T>
-T sigmoid_of(T x) {
-  if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
-  const T e = std::exp(x);
-  return e / (T(1) + e);
-}
-
-template <typename T>
-constexpr T kSqrt2OverPi = std::numbers::sqrt2_v<T> * std::numbers::inv_sqrtpi_v<T>;
-template <typename T>
-constexpr T kGeluTanhCubic = T(0.044715);
-
-template <typename T>
-T gelu_tanh_of(T x) {
-  return T(0.5) * x * (T(1) + std::tanh(kSqrt2OverPi<T> * (x + kGeluTanhCubic<T> * x * x * x)));
-}
-
-template <typename T>
-T gelu_tanh_derivative(T x) {
-  const T t = std::tanh(kSqrt2OverPi<T> * (x + kGeluTanhCubic<T> * x * x * x));
-  const T du_dx = kSqrt2OverPi<T> * (T(1) + T(3) * kGeluTanhCubic<T> * x * x);
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du_dx;
-}
-
-template <typename T>
-T gelu_erf_derivative(T x) {
-  const T cdf = T(0.5) * (T(1) + std::erf(x * std::numbers::sqrt2_v<T> / T(2)));
-  const T pdf = std::exp(T(-0.5) * x * x) * std::numbers::inv_sqrtpi_v<T> / std::numbers::sqrt2_v<T>;
-  return cdf + x * pdf;
 }
 
 // NaN-propagating max/min: std::max would return whichever argument the comparison happens to favour.
@@ -143,10 +109,11 @@ void walk(const BroadcastPlan<Arity>& plan, Segment segment) {
 }
 
 // out = f(a, b) with broadcasting; the contiguous and one-side-broadcast inner loops are split out so the compiler
-// can vectorise them.
+// can vectorise them. Runs where both operands are contiguous go to the dispatched vector body of vector_op
+// (which must compute f) when one is given; strided and broadcast runs keep the scalar loops.
 template <typename T, typename Out, class F>
 void broadcast_apply(int ndim, const int64_t* out_shape, const T* a, const int64_t* a_strides, const T* b,
-                     const int64_t* b_strides, Out* out, F f) {
+                     const int64_t* b_strides, Out* out, F f, std::optional<BinaryOp> vector_op = std::nullopt) {
   const BroadcastPlan<2> plan = make_plan<2>(ndim, out_shape, {a_strides, b_strides});
   if (plan.numel == 0) return;
   const int64_t sa = plan.strides[0].back();
@@ -156,6 +123,12 @@ void broadcast_apply(int ndim, const int64_t* out_shape, const T* a, const int64
     const T* pb = b + off[1];
     Out* po = out + o;
     if (sa == 1 && sb == 1) {
+      if constexpr (std::is_same_v<Out, T>) {
+        if (vector_op) {  // a contiguous run: the vector body, bit for bit the same IEEE result
+          simd::binary(*vector_op, len, pa, pb, po);
+          return;
+        }
+      }
       for (int64_t i = 0; i < len; ++i) po[i] = f(pa[i], pb[i]);
     } else if (sa == 0 && sb == 1) {
       const T av = *pa;
@@ -171,55 +144,18 @@ void broadcast_apply(int ndim, const int64_t* out_shape, const T* a, const int64
 
 }  // namespace
 
+// Every unary map and its backward runs through the vector bodies (kernels/cpu/elementwise_simd.cpp), a fixed
+// chunk per thread.
 template <typename T>
 void unary(UnaryOp op, int64_t n, const T* x, T* y) {
-  switch (op) {
-    case UnaryOp::neg: map(n, x, y, [](T v) { return -v; }); break;
-    case UnaryOp::exp: map(n, x, y, [](T v) { return std::exp(v); }); break;
-    case UnaryOp::log: map(n, x, y, [](T v) { return std::log(v); }); break;
-    case UnaryOp::sqrt: map(n, x, y, [](T v) { return std::sqrt(v); }); break;
-    case UnaryOp::rsqrt: map(n, x, y, [](T v) { return T(1) / std::sqrt(v); }); break;
-    case UnaryOp::tanh: map(n, x, y, [](T v) { return std::tanh(v); }); break;
-    case UnaryOp::erf: map(n, x, y, [](T v) { return std::erf(v); }); break;
-    case UnaryOp::abs: map(n, x, y, [](T v) { return std::abs(v); }); break;
-    case UnaryOp::relu: map(n, x, y, [](T v) { return v < T(0) ? T(0) : v; }); break;
-    case UnaryOp::gelu_erf:
-      map(n, x, y, [](T v) { return T(0.5) * v * (T(1) + std::erf(v * std::numbers::sqrt2_v<T> / T(2))); });
-      break;
-    case UnaryOp::gelu_tanh: map(n, x, y, [](T v) { return gelu_tanh_of(v); }); break;
-    case UnaryOp::silu: map(n, x, y, [](T v) { return v * sigmoid_of(v); }); break;
-    case UnaryOp::sigmoid: map(n, x, y, [](T v) { return sigmoid_of(v); }); break;
-  }
+  parallel_chunks(n, [&](int64_t begin, int64_t end) { simd::unary(op, end - begin, x + begin, y + begin); });
 }
 
 template <typename T>
 void unary_backward(UnaryOp op, int64_t n, const T* x, const T* y, const T* gy, T* gx) {
-  switch (op) {
-    case UnaryOp::neg: map_backward(n, x, y, gy, gx, [](T, T) { return T(-1); }); break;
-    case UnaryOp::exp: map_backward(n, x, y, gy, gx, [](T, T fx) { return fx; }); break;
-    case UnaryOp::log: map_backward(n, x, y, gy, gx, [](T v, T) { return T(1) / v; }); break;
-    case UnaryOp::sqrt: map_backward(n, x, y, gy, gx, [](T, T fx) { return T(0.5) / fx; }); break;
-    case UnaryOp::rsqrt: map_backward(n, x, y, gy, gx, [](T, T fx) { return T(-0.5) * fx * fx * fx; }); break;
-    case UnaryOp::tanh: map_backward(n, x, y, gy, gx, [](T, T fx) { return T(1) - fx * fx; }); break;
-    case UnaryOp::erf:
-      map_backward(n, x, y, gy, gx,
-                   [](T v, T) { return T(2) * std::numbers::inv_sqrtpi_v<T> * std::exp(-v * v); });
-      break;
-    case UnaryOp::abs:
-      map_backward(n, x, y, gy, gx, [](T v, T) { return v > T(0) ? T(1) : (v < T(0) ? T(-1) : T(0)); });
-      break;
-    case UnaryOp::relu: map_backward(n, x, y, gy, gx, [](T v, T) { return v > T(0) ? T(1) : T(0); }); break;
-    case UnaryOp::gelu_erf: map_backward(n, x, y, gy, gx, [](T v, T) { return gelu_erf_derivative(v); }); break;
-    case UnaryOp::gelu_tanh: map_backward(n, x, y, gy, gx, [](T v, T) { return gelu_tanh_derivative(v); }); break;
-    case UnaryOp::silu:
-      // Recomputes sigmoid from x: y = x * sigmoid(x) cannot give it back at x == 0.
-      map_backward(n, x, y, gy, gx, [](T v, T) {
-        const T s = sigmoid_of(v);
-        return s * (T(1) + v * (T(1) - s));
-      });
-      break;
-    case UnaryOp::sigmoid: map_backward(n, x, y, gy, gx, [](T, T fx) { return fx * (T(1) - fx); }); break;
-  }
+  parallel_chunks(n, [&](int64_t begin, int64_t end) {
+    simd::unary_backward(op, end - begin, x + begin, y + begin, gy + begin, gx + begin);
+  });
 }
 
 template <typename T>
@@ -269,7 +205,8 @@ void axpy(int64_t n, T alpha, const T* x, T* y) {
 template <typename T>
 void binary(BinaryOp op, int ndim, const int64_t* out_shape, const T* a, const int64_t* a_strides, const T* b,
             const int64_t* b_strides, T* out) {
-  auto apply = [&](auto f) { broadcast_apply(ndim, out_shape, a, a_strides, b, b_strides, out, f); };
+  const std::optional<BinaryOp> vector_op = simd::has_binary(op) ? std::optional(op) : std::nullopt;
+  auto apply = [&](auto f) { broadcast_apply(ndim, out_shape, a, a_strides, b, b_strides, out, f, vector_op); };
   switch (op) {
     case BinaryOp::add: apply([](T u, T v) { return u + v; }); break;
     case BinaryOp::sub: apply([](T u, T v) { return u - v; }); break;

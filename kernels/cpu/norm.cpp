@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
+
+#include "kernels/cpu/norm_simd.h"
 
 namespace shardrt::kernels::cpu {
 namespace {
@@ -31,10 +34,30 @@ Moments moments(const T* x, int64_t m, T eps) {
   return {mean, 1.0 / std::sqrt(sq / static_cast<double>(m) + static_cast<double>(eps))};
 }
 
+// The double partial sums of layernorm_backward's parameter grads, kept per thread between calls: a fresh buffer
+// each call (tens to hundreds of KiB, past malloc's mmap threshold) cost page faults on every backward.
+std::vector<double>& layernorm_partials(size_t size) {
+  thread_local std::vector<double> partial;
+  partial.assign(size, 0.0);
+  return partial;
+}
+
 }  // namespace
 
+// float runs in vector lanes (kernels/cpu/norm_simd.cpp, with its own answer to accuracy far from zero); double
+// stays the scalar two-pass reference below.
 template <typename T>
 void layernorm(int64_t rows, int64_t D, const T* x, const T* weight, const T* bias, T eps, T* y, T* mean, T* rstd) {
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t rows_per_task = std::max<int64_t>(1, kParallelMin / 4 / std::max<int64_t>(D, 1));
+    const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+#pragma omp parallel for if (rows * D >= kParallelMin) schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) {
+      simd::layernorm_rows(t * rows_per_task, std::min(rows, (t + 1) * rows_per_task), D, x, weight, bias, eps, y,
+                           mean, rstd);
+    }
+    return;
+  }
 #pragma omp parallel for if (rows * D >= kParallelMin) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * D;
@@ -61,13 +84,17 @@ void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* weight, co
   // then added in chunk order. That keeps the result independent of the thread count.
   const int64_t chunks = std::clamp<int64_t>(rows * D / kParallelMin, 1, std::min(rows, kMaxChunks));
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  std::vector<double> partial(param_grads ? chunks * 2 * D : 0, 0.0);
+  std::vector<double>& partial = layernorm_partials(param_grads ? chunks * 2 * D : 0);
 
 #pragma omp parallel for if (chunks > 1) schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     double* part_w = param_grads ? partial.data() + c * 2 * D : nullptr;
     double* part_b = param_grads ? part_w + D : nullptr;
     const int64_t r_end = std::min(rows, (c + 1) * rows_per_chunk);
+    if constexpr (std::is_same_v<T, float>) {
+      simd::layernorm_backward_rows(c * rows_per_chunk, r_end, D, x, weight, mean, rstd, gy, gx, part_w, part_b);
+      continue;
+    }
     for (int64_t r = c * rows_per_chunk; r < r_end; ++r) {
       const T* xr = x + r * D;
       const T* gyr = gy + r * D;

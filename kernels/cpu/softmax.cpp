@@ -5,17 +5,16 @@
 #include <limits>
 
 #include "kernels/cpu/column_blocks.h"
+#include "kernels/cpu/softmax_simd.h"
 
 namespace shardrt::kernels::cpu {
 namespace {
 
-// Softmax (Log = false) or log-softmax (Log = true) of the columns [j0, j1) of outer row o. Rows = true is the
-// inner == 1 fast path: with the column count fixed at 1 at compile time the column loops vanish and each slice
-// is a plain contiguous row.
-template <typename T, bool Log, bool Rows>
-void softmax_slice(int64_t n, int64_t inner_size, const T* x, T* y, int64_t o, int64_t j0, int64_t j1) {
-  const int64_t inner = Rows ? 1 : inner_size;
-  const int64_t len = Rows ? 1 : j1 - j0;
+// Softmax (Log = false) or log-softmax (Log = true) of the columns [j0, j1) of outer row o (inner > 1: strided
+// slices; contiguous rows take the vector path of kernels/cpu/softmax_simd.cpp).
+template <typename T, bool Log>
+void softmax_slice(int64_t n, int64_t inner, const T* x, T* y, int64_t o, int64_t j0, int64_t j1) {
+  const int64_t len = j1 - j0;
   T shift[kInnerBlock];
   double total[kInnerBlock];
   std::fill(shift, shift + len, -std::numeric_limits<T>::infinity());
@@ -54,13 +53,12 @@ void softmax_slice(int64_t n, int64_t inner_size, const T* x, T* y, int64_t o, i
   }
 }
 
-// Backward of softmax (Log = false: gx = y (gy - sum gy y)) or log-softmax (Log = true: gx = gy - exp(y) sum gy);
-// Rows as in softmax_slice.
-template <typename T, bool Log, bool Rows>
-void softmax_backward_slice(int64_t n, int64_t inner_size, const T* y, const T* gy, T* gx, int64_t o, int64_t j0,
+// Backward of softmax (Log = false: gx = y (gy - sum gy y)) or log-softmax (Log = true: gx = gy - exp(y) sum gy)
+// over strided slices, as softmax_slice.
+template <typename T, bool Log>
+void softmax_backward_slice(int64_t n, int64_t inner, const T* y, const T* gy, T* gx, int64_t o, int64_t j0,
                             int64_t j1) {
-  const int64_t inner = Rows ? 1 : inner_size;
-  const int64_t len = Rows ? 1 : j1 - j0;
+  const int64_t len = j1 - j0;
   double acc[kInnerBlock];
   std::fill(acc, acc + len, 0.0);
   const int64_t base = o * n * inner + j0;
@@ -85,15 +83,23 @@ void softmax_backward_slice(int64_t n, int64_t inner_size, const T* y, const T* 
   }
 }
 
+// Contiguous rows (inner == 1) go to the vector bodies, a fixed block of rows per task; the rows are independent,
+// so the thread count changes nothing.
+template <class Body>
+void for_each_row_block(int64_t rows, int64_t n, Body body) {
+  const int64_t rows_per_block = std::max<int64_t>(1, kColumnParallelMin / 4 / std::max<int64_t>(n, 1));
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+#pragma omp parallel for if (rows * n >= kColumnParallelMin) schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) body(b * rows_per_block, std::min(rows, (b + 1) * rows_per_block));
+}
+
 template <typename T, bool Log>
 void softmax_forward(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) {
   if (inner == 1) {
-    for_each_column_block(outer, n, 1, [&](int64_t o, int64_t j0, int64_t j1) {
-      softmax_slice<T, Log, true>(n, 1, x, y, o, j0, j1);
-    });
+    for_each_row_block(outer, n, [&](int64_t r0, int64_t r1) { simd::softmax_rows(Log, r0, r1, n, x, y); });
   } else {
     for_each_column_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
-      softmax_slice<T, Log, false>(n, inner, x, y, o, j0, j1);
+      softmax_slice<T, Log>(n, inner, x, y, o, j0, j1);
     });
   }
 }
@@ -101,12 +107,12 @@ void softmax_forward(int64_t outer, int64_t n, int64_t inner, const T* x, T* y) 
 template <typename T, bool Log>
 void softmax_grad(int64_t outer, int64_t n, int64_t inner, const T* y, const T* gy, T* gx) {
   if (inner == 1) {
-    for_each_column_block(outer, n, 1, [&](int64_t o, int64_t j0, int64_t j1) {
-      softmax_backward_slice<T, Log, true>(n, 1, y, gy, gx, o, j0, j1);
+    for_each_row_block(outer, n, [&](int64_t r0, int64_t r1) {
+      simd::softmax_backward_rows(Log, r0, r1, n, y, gy, gx);
     });
   } else {
     for_each_column_block(outer, n, inner, [&](int64_t o, int64_t j0, int64_t j1) {
-      softmax_backward_slice<T, Log, false>(n, inner, y, gy, gx, o, j0, j1);
+      softmax_backward_slice<T, Log>(n, inner, y, gy, gx, o, j0, j1);
     });
   }
 }
