@@ -11,11 +11,22 @@
 namespace shardrt::kernels::cpu {
 namespace {
 
-// Block sizes, measured on a Zen 4 core (32 KiB L1d, 1 MiB L2) over D = 16 and 64: a 64-row query block and a
-// 256-key block keep the score tile (64 KiB in f32), the K and V blocks and the output block in L2, and make
-// each GEMM call long enough that its fixed cost and OpenBLAS's packing stop dominating at small head dims.
+// Query rows per tile. Measured on a Zen 4 core (32 KiB L1d, 1 MiB L2) between 32 and 128: 64 was best or within
+// noise at D = 16 and 64.
 constexpr int64_t kQueryBlock = 64;
-constexpr int64_t kKeyBlock = 256;
+// The tile GEMMs run inside this kernel's OpenMP region, so each must stay below the size at which OpenBLAS
+// threads a call (M·N·K > 65536 · GEMM_MULTITHREAD_THRESHOLD = 4): a pthread OpenBLAS called from two OpenMP
+// threads at once spins in its queue lock and runs some 1000x slower.
+constexpr int64_t kSerialGemmWork = int64_t(1) << 18;
+constexpr int64_t kMaxKeyBlock = 256;
+
+// Keys per tile: up to 256, which keeps the score tile (64 KiB in f32) with the K and V blocks in L2 and makes the
+// GEMMs long enough that call and packing costs stop dominating at small head dims (D = 16: 256 keys), capped so
+// the tile's GEMMs stay serial (D = 64: 64 keys), in multiples of 16 (a vector of f32 at AVX-512).
+int64_t key_block(int64_t D, int64_t Dv) {
+  const int64_t widest = std::max<int64_t>({D, Dv, 1});
+  return std::clamp<int64_t>(kSerialGemmWork / (kQueryBlock * widest) / 16 * 16, 16, kMaxKeyBlock);
+}
 // Below this many multiply-adds an OpenMP region costs more than it saves.
 constexpr int64_t kParallelWork = 1 << 16;
 // The backward wants at least this many independent tasks so that every thread has work; with fewer heads it
@@ -29,11 +40,12 @@ void attention_forward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv
                        const T* v, T* out, T* lse) {
   const int64_t n_qblocks = (Nq + kQueryBlock - 1) / kQueryBlock;
   const int64_t n_tasks = BH * n_qblocks;
+  const int64_t keys_per_tile = key_block(D, Dv);
   const bool parallel = BH * Nq * Nk * (D + Dv) > kParallelWork;
 
 #pragma omp parallel if (parallel)
   {
-    std::vector<T> scores(kQueryBlock * kKeyBlock);
+    std::vector<T> scores(kQueryBlock * keys_per_tile);
     std::vector<T> row_max(kQueryBlock), row_sum(kQueryBlock);
 
 #pragma omp for schedule(static)
@@ -55,8 +67,8 @@ void attention_forward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv
       std::fill(row_max.begin(), row_max.end(), -std::numeric_limits<T>::infinity());
       std::fill(row_sum.begin(), row_sum.end(), T(0));
 
-      for (int64_t k0 = 0; k0 < Nk; k0 += kKeyBlock) {
-        const int64_t bk = std::min(kKeyBlock, Nk - k0);
+      for (int64_t k0 = 0; k0 < Nk; k0 += keys_per_tile) {
+        const int64_t bk = std::min(keys_per_tile, Nk - k0);
         gemm(false, true, bq, bk, D, scale, q_blk, D, k_head + k0 * D, D, T(0), scores.data(), bk);
         attention_rows::online_softmax_block(bq, bk, scores.data(), row_max.data(), row_sum.data(), acc, Dv, Dv);
         gemm(false, false, bq, Dv, bk, T(1), scores.data(), bk, v_head + k0 * Dv, Dv, T(1), acc, Dv);
@@ -73,7 +85,8 @@ void attention_backward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t D
   // Task (head, key group) owns dK and dV of its keys outright and sums its share of dQ over those keys; group
   // 0 writes dQ in place, the others into scratch that is added afterwards in group order, so every sum runs in
   // the same order whatever the thread count.
-  const int64_t n_kblocks = (Nk + kKeyBlock - 1) / kKeyBlock;
+  const int64_t keys_per_tile = key_block(D, Dv);
+  const int64_t n_kblocks = (Nk + keys_per_tile - 1) / keys_per_tile;
   const int64_t groups =
       std::clamp<int64_t>((kBackwardTasks + BH - 1) / std::max<int64_t>(BH, 1), 1, std::max<int64_t>(n_kblocks, 1));
   const int64_t kblocks_per_group = (n_kblocks + groups - 1) / groups;
@@ -83,15 +96,15 @@ void attention_backward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t D
 
 #pragma omp parallel if (parallel)
   {
-    std::vector<T> prob(kQueryBlock * kKeyBlock);
-    std::vector<T> grad_score(kQueryBlock * kKeyBlock);
+    std::vector<T> prob(kQueryBlock * keys_per_tile);
+    std::vector<T> grad_score(kQueryBlock * keys_per_tile);
     std::vector<T> row_term(kQueryBlock);
 
 #pragma omp for schedule(static)
     for (int64_t task = 0; task < n_tasks; ++task) {
       const int64_t bh = task / groups, group = task % groups;
-      const int64_t k_begin = std::min(Nk, group * kblocks_per_group * kKeyBlock);
-      const int64_t k_end = std::min(Nk, (group + 1) * kblocks_per_group * kKeyBlock);
+      const int64_t k_begin = std::min(Nk, group * kblocks_per_group * keys_per_tile);
+      const int64_t k_end = std::min(Nk, (group + 1) * kblocks_per_group * keys_per_tile);
       const T* q_head = q + bh * Nq * D;
       const T* k_head = k + bh * Nk * D;
       const T* v_head = v + bh * Nk * Dv;
@@ -121,8 +134,8 @@ void attention_backward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t D
           row_term[i] = T(delta) - (grad_lse ? grad_lse[bh * Nq + q0 + i] : T(0));
         }
 
-        for (int64_t k0 = k_begin; k0 < k_end; k0 += kKeyBlock) {
-          const int64_t bk = std::min(kKeyBlock, k_end - k0);
+        for (int64_t k0 = k_begin; k0 < k_end; k0 += keys_per_tile) {
+          const int64_t bk = std::min(keys_per_tile, k_end - k0);
           const T* k_blk = k_head + k0 * D;
           const T* v_blk = v_head + k0 * Dv;
           gemm(false, true, bq, bk, D, scale, q_blk, D, k_blk, D, T(0), prob.data(), bk);

@@ -2,6 +2,7 @@
 // foreach_target; HWY_DYNAMIC_DISPATCH picks the best target the running CPU supports.
 #include "kernels/cpu/attention_simd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -36,6 +37,13 @@ T row_max_of(const T* x, int64_t n) {
   return hn::GetLane(hn::MaxOfLanes(d, hn::Max(m0, m1)));
 }
 
+// exp(v), except that NaN stays NaN: Highway's Exp returns 0 for NaN, which would let a NaN score vanish from the
+// softmax instead of poisoning the row as it must.
+template <class D, class V>
+V exp_keep_nan(D d, V v) {
+  return hn::IfThenElse(hn::IsNaN(v), v, hn::Exp(d, v));
+}
+
 // x_j = exp(x_j - shift) in place; returns Σ_j of the new values.
 template <typename T>
 T exp_shifted_sum(T* x, int64_t n, T shift) {
@@ -45,21 +53,21 @@ T exp_shifted_sum(T* x, int64_t n, T shift) {
   auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
   int64_t j = 0;
   for (; j + 2 * L <= n; j += 2 * L) {
-    const auto e0 = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), s));
-    const auto e1 = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j + L), s));
+    const auto e0 = exp_keep_nan(d, hn::Sub(hn::LoadU(d, x + j), s));
+    const auto e1 = exp_keep_nan(d, hn::Sub(hn::LoadU(d, x + j + L), s));
     hn::StoreU(e0, d, x + j);
     hn::StoreU(e1, d, x + j + L);
     sum0 = hn::Add(sum0, e0);
     sum1 = hn::Add(sum1, e1);
   }
   for (; j + L <= n; j += L) {
-    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), s));
+    const auto e = exp_keep_nan(d, hn::Sub(hn::LoadU(d, x + j), s));
     hn::StoreU(e, d, x + j);
     sum0 = hn::Add(sum0, e);
   }
   if (j < n) {
     const auto mask = hn::FirstN(d, static_cast<size_t>(n - j));
-    const auto e = hn::IfThenElseZero(mask, hn::Exp(d, hn::Sub(hn::MaskedLoad(mask, d, x + j), s)));
+    const auto e = hn::IfThenElseZero(mask, exp_keep_nan(d, hn::Sub(hn::MaskedLoad(mask, d, x + j), s)));
     hn::BlendedStore(e, mask, d, x + j);
     sum1 = hn::Add(sum1, e);
   }
@@ -86,7 +94,10 @@ void OnlineSoftmaxBlock(int64_t rows, int64_t cols, T* scores, T* row_max, T* ro
   constexpr T neg_inf = -std::numeric_limits<T>::infinity();
   for (int64_t i = 0; i < rows; ++i) {
     T* p = scores + i * cols;
-    const T new_max = std::max(row_max[i], row_max_of(p, cols));
+    // A NaN that wins the max must stay (std::max would drop it), so the whole row turns NaN; one that loses
+    // is kept by exp_keep_nan.
+    const T block_max = row_max_of(p, cols);
+    const T new_max = std::isnan(block_max) ? block_max : std::max(row_max[i], block_max);
     if (new_max == neg_inf) {  // nothing finite seen yet: the row stays empty
       for (int64_t j = 0; j < cols; ++j) p[j] = T(0);
       continue;

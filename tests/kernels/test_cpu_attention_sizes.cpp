@@ -1,5 +1,5 @@
 // kernels/cpu/attention at the edges of its blocks and work split: sizes that are not multiples of the 64-query
-// and 256-key blocks, head dims 1, 16 and 65, Nq != Nk, zero sizes, the f32 vector path against the fp64
+// and 48-256-key blocks, head dims 1, 16 and 65, Nq != Nk, zero sizes, the f32 vector path against the fp64
 // reference, and the backward's key groups (few heads) against a dense fp64 backward, at 1 and 2 threads.
 #include <catch2/catch.hpp>
 
@@ -159,4 +159,27 @@ TEST_CASE("attention backward over key groups gives the same bits at 1 and 2 thr
   require_close(one[2], want_gq, 1e-12);
   require_close(one[3], want_gk, 1e-12);
   require_close(one[4], want_gv, 1e-12);
+}
+
+TEST_CASE("attention propagates a NaN key to every output of its head and nowhere else", "[kernels][cpu][attention]") {
+  // A NaN must poison the softmax it enters (the vector exp alone would turn it into a zero weight).
+  for (int64_t Nk : {int64_t(5), int64_t(300)}) {
+    INFO("Nk " << Nk);
+    AttnData data({2, 70, Nk, 16, 16}, 81);
+    data.k[3 * 16 + 2] = std::numeric_limits<double>::quiet_NaN();  // head 0, key 3
+    for (bool f32 : {false, true}) {
+      Vec out(2 * 70 * 16), lse(2 * 70);
+      if (f32) {
+        const auto q = as<float>(data.q), k = as<float>(data.k), v = as<float>(data.v);
+        std::vector<float> o(out.size()), l(lse.size());
+        cpu::attention_forward<float>(2, 70, Nk, 16, 16, float(data.scale), q.data(), k.data(), v.data(), o.data(),
+                                      l.data());
+        out = widen(o), lse = widen(l);
+      } else {
+        data.forward(out, lse);
+      }
+      for (size_t i = 0; i < out.size(); ++i) REQUIRE(std::isnan(out[i]) == (i < out.size() / 2));
+      for (size_t i = 0; i < lse.size(); ++i) REQUIRE(std::isnan(lse[i]) == (i < lse.size() / 2));
+    }
+  }
 }
