@@ -1,7 +1,8 @@
 // shardrt-bench-cpu: one CPU workload of issue 10 in ShardRT, timed; tools/bench-cpu runs it in alternating fresh
 // processes next to tools/bench_cpu_torch.py (the same workload in PyTorch) and prints the table.
 // Inputs are deterministic and identical on both sides, without an RNG: element i (row-major) of input number
-// `seed` is sin(0.37 i + seed) * scale, computed in double and cast to f32; grad_output is cos(0.11 i).
+// `seed` is sin(0.37 i + seed) * scale, computed in double and cast to f32 (the model-like rows add a quadratic
+// phase, see mixed_input); grad_output is cos(0.11 i).
 // Prints one line:
 //   bench-cpu impl=shardrt workload=W threads=N reps=R min_ms=.. median_ms=.. checksum=s,q;s,q;... bytes=B
 //   blas=openmp simd=AVX3
@@ -35,6 +36,18 @@ namespace {
 Tensor input(const Shape& shape, int seed, double scale, double offset = 0.0) {
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
   for (size_t i = 0; i < v.size(); ++i) v[i] = offset + std::sin(0.37 * static_cast<double>(i) + seed) * scale;
+  return from_vector(v, shape);
+}
+
+// Element i is offset + sin(0.37 i + 0.001 i² + seed) * scale (bench_cpu_torch.py's mixed_data). The quadratic
+// phase gives every row of a matrix its own frequency: input()'s single frequency makes every matrix rank 2, and
+// a stack of blocks built from rank-2 weights is so ill-conditioned that f32 round-off alone moves its grads by 1e-2.
+Tensor mixed_input(const Shape& shape, int seed, double scale, double offset = 0.0) {
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double di = static_cast<double>(i);
+    v[i] = offset + std::sin(0.37 * di + 0.001 * (di * di) + seed) * scale;
+  }
   return from_vector(v, shape);
 }
 
@@ -93,6 +106,45 @@ void print_bandwidth(int threads) {
   std::printf("bench-cpu-bandwidth threads=%d copy_gbs=%.2f triad_gbs=%.2f\n", threads, copy, triad);
 }
 
+// A stack of pre-norm transformer blocks, as in ViT-S: x += proj(SDPA(qkv(LN(x)))); x += fc2(GELU(fc1(LN(x)))).
+// inputs[0] is x (1, tokens, E); then 12 parameters per block in this order: ln1 weight, ln1 bias, qkv weight
+// (3E, E), qkv bias, proj weight (E, E), proj bias, ln2 weight, ln2 bias, fc1 weight (4E, E), fc1 bias, fc2
+// weight (E, 4E), fc2 bias. Input number s + 1 is parameter s (bench_cpu_torch.py builds the same list).
+Workload transformer_stack(int64_t blocks, int64_t tokens, int64_t E, int64_t heads) {
+  const int64_t hidden = 4 * E, head_dim = E / heads;
+  std::vector<Tensor> in{mixed_input({1, tokens, E}, 1, 1.0)};
+  int seed = 2;
+  auto param = [&](const Shape& shape, double scale, double offset = 0.0) {
+    in.push_back(mixed_input(shape, seed++, scale, offset));
+  };
+  for (int64_t b = 0; b < blocks; ++b) {
+    param({E}, 0.1, 1.0), param({E}, 0.1);
+    param({3 * E, E}, 1.0 / std::sqrt(double(E))), param({3 * E}, 0.02);
+    param({E, E}, 1.0 / std::sqrt(double(E))), param({E}, 0.02);
+    param({E}, 0.1, 1.0), param({E}, 0.1);
+    param({hidden, E}, 1.0 / std::sqrt(double(E))), param({hidden}, 0.02);
+    param({E, hidden}, 1.0 / std::sqrt(double(hidden))), param({E}, 0.02);
+  }
+  const double scale = 1.0 / std::sqrt(double(head_dim));
+  auto forward = [=](const std::vector<Tensor>& p) {
+    Tensor x = p[0];
+    for (int64_t b = 0; b < blocks; ++b) {
+      const Tensor* w = p.data() + 1 + 12 * b;
+      // (1, N, 3E) -> (3, 1, H, N, D): q, k, v per head.
+      const Tensor qkv = permute(reshape(linear(layer_norm(x, {E}, w[0], w[1]), w[2], w[3]),
+                                         {1, tokens, 3, heads, head_dim}),
+                                 {2, 0, 3, 1, 4});
+      const Tensor attn = scaled_dot_product_attention(select(qkv, 0, 0), select(qkv, 0, 1), select(qkv, 0, 2),
+                                                       scale)
+                              .out;
+      x = add(x, linear(reshape(transpose(attn, 1, 2), {1, tokens, E}), w[4], w[5]));
+      x = add(x, linear(gelu(linear(layer_norm(x, {E}, w[6], w[7]), w[8], w[9])), w[10], w[11]));
+    }
+    return x;
+  };
+  return {in, forward};
+}
+
 Workload make(const std::string& op) {
   if (op == "matmul")
     return {{input({1024, 1024}, 1, 1.0), input({1024, 1024}, 2, 1.0)},
@@ -117,6 +169,8 @@ Workload make(const std::string& op) {
   if (op == "conv2d")
     return {{input({1, 64, 128, 128}, 1, 1.0), input({64, 64, 3, 3}, 2, 1.0 / 24), input({64}, 3, 0.1)},
             [](const std::vector<Tensor>& x) { return conv2d(x[0], x[1], x[2], 1, 1); }};
+  if (op == "vit_s_blocks") return transformer_stack(6, 256, 384, 6);
+  if (op == "attn_stack_7225") return transformer_stack(4, 7225, 128, 8);
   throw CLI::ValidationError("--workload", "unknown workload " + op);
 }
 
@@ -138,7 +192,8 @@ int main(int argc, char** argv) {
   int threads = 1, reps = 10;
   bool bandwidth = false;
   app.add_option("--workload", workload,
-                 "matmul|layer_norm|gelu|softmax|attention_n256|attention_n4096|conv2d + _fwd|_fwdbwd");
+                 "matmul|layer_norm|gelu|softmax|attention_n256|attention_n4096|conv2d|vit_s_blocks|attn_stack_7225"
+                 " + _fwd|_fwdbwd");
   app.add_flag("--bandwidth", bandwidth, "measure the memory bandwidth (copy, triad) instead of a workload");
   app.add_option("--threads", threads, "OpenMP and OpenBLAS threads")->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions")->capture_default_str()->check(CLI::PositiveNumber);

@@ -1,7 +1,8 @@
 """The PyTorch side of tools/bench-cpu: one CPU workload of issue 10, timed, with the same CLI, the same inputs and
 the same output line as shardrt-bench-cpu (see tools/bench_cpu.cpp):
   bench-cpu impl=torch workload=W threads=N reps=R min_ms=.. median_ms=.. checksum=s,q;s,q;...
-Input number `seed`: element i (row-major) is sin(0.37 i + seed) * scale in double, cast to f32; grad_output is
+Input number `seed`: element i (row-major) is sin(0.37 i + seed) * scale in double, cast to f32 (the model-like rows
+add a quadratic phase, see mixed_data); grad_output is
 cos(0.11 i). Run with the golden venv's python (tools/bench-cpu does)."""
 import argparse
 import statistics
@@ -29,6 +30,43 @@ def grad_output(shape):
     return torch.cos(0.11 * torch.arange(torch.Size(shape).numel(), dtype=torch.float64)).float().reshape(shape)
 
 
+def mixed_data(shape, seed, scale, offset=0.0):
+    """Element i is offset + sin(0.37 i + 0.001 i^2 + seed) * scale, in double, cast to f32. The quadratic phase
+    gives every row of a matrix its own frequency: data()'s single frequency makes every matrix rank 2, and a stack
+    of blocks built from rank-2 weights is so ill-conditioned that f32 round-off alone moves its grads by 1e-2."""
+    n = 1
+    for s in shape:
+        n *= s
+    i = torch.arange(n, dtype=torch.float64)
+    return (offset + torch.sin(0.37 * i + 0.001 * (i * i) + seed) * scale).to(torch.float32).reshape(shape)
+
+
+def transformer_stack(blocks, tokens, E, heads):
+    """Pre-norm transformer blocks as in ViT-S, parameters in the order of transformer_stack in bench_cpu.cpp."""
+    hidden, head_dim = 4 * E, E // heads
+    inputs = [mixed_data([1, tokens, E], 1, 1.0)]
+    shapes = []
+    for _ in range(blocks):
+        shapes += [([E], 0.1, 1.0), ([E], 0.1, 0.0), ([3 * E, E], E ** -0.5, 0.0), ([3 * E], 0.02, 0.0),
+                   ([E, E], E ** -0.5, 0.0), ([E], 0.02, 0.0), ([E], 0.1, 1.0), ([E], 0.1, 0.0),
+                   ([hidden, E], E ** -0.5, 0.0), ([hidden], 0.02, 0.0), ([E, hidden], hidden ** -0.5, 0.0),
+                   ([E], 0.02, 0.0)]
+    inputs += [mixed_data(shape, seed, scale, offset) for seed, (shape, scale, offset) in enumerate(shapes, start=2)]
+
+    def forward(x, *p):
+        for b in range(blocks):
+            w = p[12 * b:12 * (b + 1)]
+            h = F.linear(F.layer_norm(x, [E], w[0], w[1], 1e-5), w[2], w[3])
+            q, k, v = h.reshape(1, tokens, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, scale=head_dim ** -0.5)
+            x = x + F.linear(a.transpose(1, 2).reshape(1, tokens, E), w[4], w[5])
+            h = F.gelu(F.linear(F.layer_norm(x, [E], w[6], w[7], 1e-5), w[8], w[9]))
+            x = x + F.linear(h, w[10], w[11])
+        return x
+
+    return inputs, forward
+
+
 def make(op):
     if op == "matmul":
         return [data([1024, 1024], 1, 1.0), data([1024, 1024], 2, 1.0)], lambda a, b: a @ b
@@ -46,6 +84,10 @@ def make(op):
     if op == "conv2d":
         return ([data([1, 64, 128, 128], 1, 1.0), data([64, 64, 3, 3], 2, 1.0 / 24), data([64], 3, 0.1)],
                 lambda x, w, b: F.conv2d(x, w, b, padding=1))
+    if op == "vit_s_blocks":
+        return transformer_stack(6, 256, 384, 6)
+    if op == "attn_stack_7225":
+        return transformer_stack(4, 7225, 128, 8)
     raise SystemExit(f"--workload: unknown workload {op}")
 
 

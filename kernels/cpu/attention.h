@@ -16,8 +16,10 @@ void attention_forward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv
 
 // Gradients of a loss L(out, lse) through attention_forward, given grad_out = dL/dout (BH, Nq, Dv) and
 // grad_lse = dL/dlse (BH, Nq), or nullptr when lse does not feed the loss. out and lse are the forward's outputs.
-// Overwrites grad_q (BH, Nq, D), grad_k (BH, Nk, D) and grad_v (BH, Nk, Dv). Parallel over BH only, so each
-// head's dK/dV is accumulated by one thread in a fixed order (results do not depend on the thread count).
+// Overwrites grad_q (BH, Nq, D), grad_k (BH, Nk, D) and grad_v (BH, Nk, Dv). Parallel over heads and, when there
+// are fewer than 8 heads, over groups of each head's keys: a group owns its keys' dK/dV and sums its share of dQ,
+// and the shares are added in group order at the end. The grouping follows from the shapes alone, so results do
+// not depend on the thread count; the shares cost (groups - 1)·BH·Nq·D scratch elements (groups ≤ 8/BH).
 template <typename T>
 void attention_backward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv, T scale, const T* q, const T* k,
                         const T* v, const T* out, const T* lse, const T* grad_out, const T* grad_lse, T* grad_q,

@@ -1,9 +1,11 @@
 #include "kernels/cpu/conv.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/conv_simd.h"
 #include "kernels/cpu/gemm.h"
 
 namespace shardrt::kernels::cpu {
@@ -29,74 +31,155 @@ int64_t chunk_columns(int64_t rows, int64_t cols) {
   return std::clamp<int64_t>(kColumnBudget / std::max<int64_t>(rows, 1), 1, std::max<int64_t>(cols, 1));
 }
 
-// For output positions [p0, p0 + np) and each kernel tap k: the offset, within one input channel, of the voxel
-// the tap reads, or -1 where it lands in the zero padding. Row-major (taps × np); shared by every channel and
-// sample, so im2col and col2im reduce to a gather and a scatter.
-std::vector<int64_t> tap_sources(const ConvGeometry& g, int64_t p0, int64_t np) {
+// im2col and col2im work on runs: the output positions of a chunk split into pieces of one output row (fixed
+// o0, o1, a range of o2). For a kernel tap, a run reads one input row at a fixed step, so packing is a copy (a
+// memcpy at stride 1) with zero fill at the borders, and no per-element index arithmetic or index tables.
+struct OutputRun {
+  int64_t o0, o1, w_begin, w_end, col;  // col: the run's first column within the chunk
+};
+
+std::vector<OutputRun> output_runs(const ConvGeometry& g, int64_t p0, int64_t np) {
+  std::vector<OutputRun> runs;
+  for (int64_t p = p0; p < p0 + np;) {
+    const int64_t row = p / g.out[2], w = p % g.out[2];
+    const int64_t w_end = std::min(g.out[2], w + (p0 + np - p));
+    runs.push_back({row / g.out[1], row % g.out[1], w, w_end, p - p0});
+    p += w_end - w;
+  }
+  return runs;
+}
+
+// Along the last dim, tap a2 of output column ow reads input column ow·stride + shift; it is inside the input
+// for ow in [lo, hi) (before clamping to a run).
+struct TapColumns {
+  int64_t shift, lo, hi;
+};
+
+TapColumns tap_columns(const ConvGeometry& g, int64_t a2) {
+  const int64_t s = g.stride[2], shift = a2 * g.dilation[2] - g.pad[2];
+  const int64_t lo = shift >= 0 ? 0 : (-shift + s - 1) / s;
+  const int64_t last = g.in[2] - 1 - shift;  // ow·s <= last
+  const int64_t hi = last < 0 ? 0 : last / s + 1;
+  return {shift, lo, std::max(lo, hi)};
+}
+
+// Kernels with fewer than 3 spatial dims keep unit trailing dims (see ConvGeometry). Moving the real dims to
+// the end gives the same flat layout and makes the last dim the long one the runs follow.
+ConvGeometry right_aligned(const ConvGeometry& g) {
+  ConvGeometry r = g;
+  const int shift = 3 - g.nd;
+  for (int d = 0; d < 3; ++d) {
+    const int from = d - shift;
+    const bool real = from >= 0;
+    r.in[d] = real ? g.in[from] : 1;
+    r.out[d] = real ? g.out[from] : 1;
+    r.kernel[d] = real ? g.kernel[from] : 1;
+    r.stride[d] = real ? g.stride[from] : 1;
+    r.pad[d] = real ? g.pad[from] : 0;
+    r.dilation[d] = real ? g.dilation[from] : 1;
+  }
+  return r;
+}
+
+// Every input voxel is read by at most one (position, tap) pair: kernel == stride, no padding, no dilation
+// (patchify). col2im then stores instead of adding.
+bool reads_each_voxel_once(const ConvGeometry& g) {
+  for (int d = 0; d < 3; ++d)
+    if (g.kernel[d] != g.stride[d] || g.pad[d] != 0 || (g.kernel[d] > 1 && g.dilation[d] != 1)) return false;
+  return true;
+}
+
+// Every input voxel is read at least once with kernel == stride: the patches tile the input exactly.
+bool patches_cover_input(const ConvGeometry& g) {
+  for (int d = 0; d < 3; ++d)
+    if (g.out[d] * g.kernel[d] != g.in[d]) return false;
+  return true;
+}
+
+// Calls f(channel, tap, a0, a1, a2) for every row of the im2col matrix, in parallel when the chunk is large.
+template <class F>
+void for_each_col_row(const ConvGeometry& g, int64_t channels, int64_t np, F f) {
   const int64_t taps = volume(g.kernel);
-  std::vector<int64_t> sources(taps * np);
-#pragma omp parallel for if (taps * np > kParallelWork) schedule(static)
-  for (int64_t k = 0; k < taps; ++k) {
-    const int64_t tap[3] = {k / (g.kernel[1] * g.kernel[2]), (k / g.kernel[2]) % g.kernel[1], k % g.kernel[2]};
-    for (int64_t j = 0; j < np; ++j) {
-      const int64_t p = p0 + j;
-      const int64_t o[3] = {p / (g.out[1] * g.out[2]), (p / g.out[2]) % g.out[1], p % g.out[2]};
-      int64_t offset = 0;
-      for (int d = 0; d < 3; ++d) {
-        const int64_t i = o[d] * g.stride[d] - g.pad[d] + tap[d] * g.dilation[d];
-        if (i < 0 || i >= g.in[d]) {
-          offset = -1;
-          break;
-        }
-        offset = offset * g.in[d] + i;
-      }
-      sources[k * np + j] = offset;
-    }
+#pragma omp parallel for if (channels * taps * np > kParallelWork) schedule(static)
+  for (int64_t ck = 0; ck < channels * taps; ++ck) {
+    const int64_t c = ck / taps, k = ck % taps;
+    f(c, k, k / (g.kernel[1] * g.kernel[2]), (k / g.kernel[2]) % g.kernel[1], k % g.kernel[2]);
   }
-  return sources;
 }
 
-// col (channels·taps × np) gathered from one sample xb (channels, in_vol).
+// col (channels·taps × np) gathered from one sample xb (channels, in_vol), g right-aligned.
 template <typename T>
-void im2col(int64_t channels, int64_t in_vol, int64_t taps, int64_t np, const int64_t* sources, const T* xb,
-            T* col) {
-#pragma omp parallel for if (channels * taps * np > kParallelWork) schedule(static)
-  for (int64_t c = 0; c < channels; ++c) {
+void im2col(const ConvGeometry& g, const std::vector<OutputRun>& runs, int64_t np, const T* xb, T* col) {
+  const int64_t in_vol = volume(g.in), taps = volume(g.kernel), step = g.stride[2];
+  for_each_col_row(g, g.c_in, np, [&](int64_t c, int64_t k, int64_t a0, int64_t a1, int64_t a2) {
     const T* xc = xb + c * in_vol;
-    for (int64_t k = 0; k < taps; ++k) {
-      const int64_t* src = sources + k * np;
-      T* row = col + (c * taps + k) * np;
-      for (int64_t j = 0; j < np; ++j) row[j] = src[j] >= 0 ? xc[src[j]] : T(0);
+    T* row = col + (c * taps + k) * np;
+    const TapColumns tc = tap_columns(g, a2);
+    for (const OutputRun& r : runs) {
+      T* dst = row + r.col;
+      const int64_t i0 = r.o0 * g.stride[0] - g.pad[0] + a0 * g.dilation[0];
+      const int64_t i1 = r.o1 * g.stride[1] - g.pad[1] + a1 * g.dilation[1];
+      if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) {
+        std::fill(dst, dst + (r.w_end - r.w_begin), T(0));
+        continue;
+      }
+      const int64_t lo = std::clamp(tc.lo, r.w_begin, r.w_end), hi = std::clamp(tc.hi, lo, r.w_end);
+      std::fill(dst, dst + (lo - r.w_begin), T(0));
+      const T* src = xc + (i0 * g.in[1] + i1) * g.in[2] + tc.shift;
+      T* out = dst - r.w_begin;
+      if (step == 1) {
+        std::memcpy(out + lo, src + lo, sizeof(T) * (hi - lo));
+      } else {
+        for (int64_t ow = lo; ow < hi; ++ow) out[ow] = src[ow * step];
+      }
+      std::fill(out + hi, out + r.w_end, T(0));
     }
-  }
+  });
 }
 
-// Adjoint of im2col: gxb (channels, in_vol) += scatter of col. Parallel over channels only, since taps of one
-// channel overlap; each channel is summed by one thread in a fixed order.
+// Adjoint of im2col: gxb (channels, in_vol) += scatter of col, g right-aligned. Taps of one channel overlap, so
+// it runs in parallel over channels only and each channel is summed by one thread in a fixed order, except
+// when every voxel is read once (patchify): then each col row is stored to its own voxels, in parallel.
 template <typename T>
-void col2im(int64_t channels, int64_t in_vol, int64_t taps, int64_t np, const int64_t* sources, const T* col,
-            T* gxb) {
-#pragma omp parallel for if (channels * taps * np > kParallelWork) schedule(static)
-  for (int64_t c = 0; c < channels; ++c) {
+void col2im(const ConvGeometry& g, const std::vector<OutputRun>& runs, int64_t np, const T* col, T* gxb) {
+  const int64_t in_vol = volume(g.in), taps = volume(g.kernel), step = g.stride[2];
+  const bool store = reads_each_voxel_once(g);
+  auto scatter_row = [&](int64_t c, int64_t k, int64_t a0, int64_t a1, int64_t a2) {
     T* gxc = gxb + c * in_vol;
-    for (int64_t k = 0; k < taps; ++k) {
-      const int64_t* src = sources + k * np;
-      const T* row = col + (c * taps + k) * np;
-      for (int64_t j = 0; j < np; ++j)
-        if (src[j] >= 0) gxc[src[j]] += row[j];
+    const T* row = col + (c * taps + k) * np;
+    const TapColumns tc = tap_columns(g, a2);
+    for (const OutputRun& r : runs) {
+      const int64_t i0 = r.o0 * g.stride[0] - g.pad[0] + a0 * g.dilation[0];
+      const int64_t i1 = r.o1 * g.stride[1] - g.pad[1] + a1 * g.dilation[1];
+      if (i0 < 0 || i0 >= g.in[0] || i1 < 0 || i1 >= g.in[1]) continue;
+      const int64_t lo = std::clamp(tc.lo, r.w_begin, r.w_end), hi = std::clamp(tc.hi, lo, r.w_end);
+      T* dst = gxc + (i0 * g.in[1] + i1) * g.in[2] + tc.shift;
+      const T* src = row + r.col - r.w_begin;
+      if (store) {
+        for (int64_t ow = lo; ow < hi; ++ow) dst[ow * step] = src[ow];
+      } else if (step == 1) {
+        conv_rows::add_to(dst + lo, src + lo, hi - lo);
+      } else {
+        for (int64_t ow = lo; ow < hi; ++ow) dst[ow * step] += src[ow];
+      }
     }
+  };
+  if (store) {
+    for_each_col_row(g, g.c_in, np, scatter_row);
+    return;
   }
+#pragma omp parallel for if (g.c_in * taps * np > kParallelWork) schedule(static)
+  for (int64_t c = 0; c < g.c_in; ++c)
+    for (int64_t k = 0; k < taps; ++k)
+      scatter_row(c, k, k / (g.kernel[1] * g.kernel[2]), (k / g.kernel[2]) % g.kernel[1], k % g.kernel[2]);
 }
 
-// y (batch, channels, vol) += bias per channel.
+// y (batch, channels, vol) = bias per channel: the forward GEMM then adds onto it (beta = 1), which saves the
+// separate read-modify-write pass a bias added afterwards would cost.
 template <typename T>
-void add_bias(int64_t batch, int64_t channels, int64_t vol, const T* bias, T* y) {
+void fill_bias(int64_t batch, int64_t channels, int64_t vol, const T* bias, T* y) {
 #pragma omp parallel for if (batch * channels * vol > kParallelWork) schedule(static)
-  for (int64_t bc = 0; bc < batch * channels; ++bc) {
-    const T b = bias[bc % channels];
-    T* row = y + bc * vol;
-    for (int64_t p = 0; p < vol; ++p) row[p] += b;
-  }
+  for (int64_t bc = 0; bc < batch * channels; ++bc) std::fill(y + bc * vol, y + (bc + 1) * vol, bias[bc % channels]);
 }
 
 // gbias[c] += Σ over batch and positions of gy (batch, channels, vol), the sum taken in double.
@@ -138,10 +221,9 @@ PatchOffsets patch_offsets(const ConvGeometry& g, int64_t p0, int64_t np) {
 // pointwise conv (no copy), else the chunk's im2col in `col`.
 template <typename T>
 std::pair<const T*, int64_t> conv_columns(const ConvGeometry& g, bool pointwise, int64_t p0, int64_t np,
-                                          const std::vector<int64_t>& sources, const T* xb, T* col) {
-  const int64_t in_vol = volume(g.in);
-  if (pointwise) return {xb + p0, in_vol};
-  im2col(g.c_in, in_vol, volume(g.kernel), np, sources.data(), xb, col);
+                                          const std::vector<OutputRun>& runs, const T* xb, T* col) {
+  if (pointwise) return {xb + p0, volume(g.in)};
+  im2col(g, runs, np, xb, col);
   return {col, np};
 }
 
@@ -168,49 +250,53 @@ ConvGeometry make_conv_geometry(int nd, int64_t batch, int64_t c_in, int64_t c_o
 }
 
 template <typename T>
-void conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+void conv_forward(const ConvGeometry& geometry, const T* x, const T* w, const T* bias, T* y) {
+  const ConvGeometry g = right_aligned(geometry);
   const int64_t in_vol = volume(g.in), out_vol = volume(g.out), taps = volume(g.kernel);
   const int64_t rows = g.c_in * taps;
   const bool pointwise = is_pointwise(g);
   const int64_t chunk = pointwise ? out_vol : chunk_columns(rows, out_vol);
   std::vector<T> col(pointwise ? 0 : rows * std::min(chunk, out_vol));
 
+  if (bias) fill_bias(g.batch, g.c_out, out_vol, bias, y);
   for (int64_t p0 = 0; p0 < out_vol; p0 += chunk) {
     const int64_t np = std::min(chunk, out_vol - p0);
-    const std::vector<int64_t> sources = pointwise ? std::vector<int64_t>() : tap_sources(g, p0, np);
+    const std::vector<OutputRun> runs = pointwise ? std::vector<OutputRun>() : output_runs(g, p0, np);
     for (int64_t b = 0; b < g.batch; ++b) {
-      const auto [cols, ld_cols] = conv_columns(g, pointwise, p0, np, sources, x + b * g.c_in * in_vol, col.data());
-      gemm(false, false, g.c_out, np, rows, T(1), w, rows, cols, ld_cols, T(0), y + b * g.c_out * out_vol + p0,
-           out_vol);
+      const auto [cols, ld_cols] = conv_columns(g, pointwise, p0, np, runs, x + b * g.c_in * in_vol, col.data());
+      gemm(false, false, g.c_out, np, rows, T(1), w, rows, cols, ld_cols, bias ? T(1) : T(0),
+           y + b * g.c_out * out_vol + p0, out_vol);
     }
   }
-  if (bias) add_bias(g.batch, g.c_out, out_vol, bias, y);
 }
 
 template <typename T>
-void conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* gx, T* gw, T* gbias) {
+void conv_backward(const ConvGeometry& geometry, const T* x, const T* w, const T* gy, T* gx, T* gw, T* gbias) {
+  const ConvGeometry g = right_aligned(geometry);
   const int64_t in_vol = volume(g.in), out_vol = volume(g.out), taps = volume(g.kernel);
   const int64_t rows = g.c_in * taps;
   const bool pointwise = is_pointwise(g);
   const int64_t chunk = pointwise ? out_vol : chunk_columns(rows, out_vol);
 
   if (gbias) bias_grad(g.batch, g.c_out, out_vol, gy, gbias);
-  // The pointwise gx is written whole by one GEMM per sample; otherwise col2im accumulates into it.
-  if (gx && !pointwise) std::fill(gx, gx + g.batch * g.c_in * in_vol, T(0));
+  // The pointwise gx is written whole by one GEMM per sample, and patches that tile the input store every voxel
+  // once; otherwise col2im accumulates into gx, or leaves voxels no patch reads, which must read 0.
+  const bool gx_written_whole = pointwise || (reads_each_voxel_once(g) && patches_cover_input(g));
+  if (gx && !gx_written_whole) std::fill(gx, gx + g.batch * g.c_in * in_vol, T(0));
   if (!gx && !gw) return;
 
   const int64_t scratch = pointwise ? 0 : rows * std::min(chunk, out_vol);
   std::vector<T> col(gw ? scratch : 0), grad_col(gx ? scratch : 0);
   for (int64_t p0 = 0; p0 < out_vol; p0 += chunk) {
     const int64_t np = std::min(chunk, out_vol - p0);
-    const std::vector<int64_t> sources = pointwise ? std::vector<int64_t>() : tap_sources(g, p0, np);
+    const std::vector<OutputRun> runs = pointwise ? std::vector<OutputRun>() : output_runs(g, p0, np);
     for (int64_t b = 0; b < g.batch; ++b) {
       const T* xb = x + b * g.c_in * in_vol;
       const T* gyb = gy + b * g.c_out * out_vol + p0;
       T* gxb = gx ? gx + b * g.c_in * in_vol : nullptr;
       if (gw) {
         // gw (Cout × Cin·taps) += gy_chunk · colᵀ
-        const auto [cols, ld_cols] = conv_columns(g, pointwise, p0, np, sources, xb, col.data());
+        const auto [cols, ld_cols] = conv_columns(g, pointwise, p0, np, runs, xb, col.data());
         gemm(false, true, g.c_out, rows, np, T(1), gyb, out_vol, cols, ld_cols, T(1), gw, rows);
       }
       if (gx && pointwise) {
@@ -218,7 +304,7 @@ void conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T
       } else if (gx) {
         // grad_col = wᵀ · gy_chunk, then scattered back onto the input voxels it was gathered from.
         gemm(true, false, rows, np, g.c_out, T(1), w, rows, gyb, out_vol, T(0), grad_col.data(), np);
-        col2im(g.c_in, in_vol, taps, np, sources.data(), grad_col.data(), gxb);
+        col2im(g, runs, np, grad_col.data(), gxb);
       }
     }
   }
