@@ -37,6 +37,12 @@ class Model : public Module {
   virtual std::vector<ModelInput> inputs() const = 0;
   // How the whole input `name` of `global_shape` is best laid out on `mesh`.
   virtual Placements input_placements(const std::string& name, const Shape& global_shape, const Mesh& mesh) const = 0;
+  // The per-rank extents of those placements (one vector per mesh axis, as in ShardSpec) where the model needs
+  // more than split_extents (the ViT: whole patch rows per rank); empty: split_extents.
+  virtual AxisExtents input_extents(const std::string& name, const Shape& global_shape, const Mesh& mesh) const {
+    (void)name, (void)global_shape, (void)mesh;
+    return {};
+  }
   // Inputs by name (optional ones may be absent); a missing, unknown or ill-shaped input is a ValueError or
   // ShapeError naming it, raised from the global shapes (the same on every rank). Returns the outputs (one for
   // both bundled models).
