@@ -3,7 +3,9 @@
 // splits — against the serial fp64 oracle; the exact collectives of one forward and backward; bad input.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <sstream>
 
 #include "models/vit.h"
 #include "runtime/errors.h"
@@ -76,6 +78,15 @@ TEST_CASE("vit: the small example config has PhysicsNeMo's 31 keys, shapes and 1
   CHECK(m->named_parameters().size() == 31);
   CHECK(m->named_buffers().empty());
   CHECK(m->num_parameters() == 114122);
+  const std::vector<std::string> names = model_names();
+  CHECK(std::find(names.begin(), names.end(), "vit") != names.end());
+  // num_classes 0: no head (nn.Identity); qkv_bias false: qkv without a bias. 31 - 2 - depth entries.
+  Json headless = small_config();
+  headless["num_classes"] = 0;
+  headless["qkv_bias"] = false;
+  const NamedTensors hd = build_model("vit", headless, {DType::f32})->state_dict();
+  CHECK(hd.size() == 27);
+  for (const auto& [k, t] : hd) CHECK((k.rfind("head.", 0) != 0 && k.find("qkv.bias") == std::string::npos));
 }
 
 TEST_CASE("vit: torch's default init, pos_embed zeros, the same weights for the same seed", "[models][vit]") {
