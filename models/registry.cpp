@@ -2,6 +2,7 @@
 #include <utility>
 
 #include "models/model.h"
+#include "models/vit.h"
 #include "runtime/errors.h"
 
 namespace shardrt::models {
@@ -11,6 +12,7 @@ namespace {
 // The bundled models, by registry name. Each builder lives with its model (models/<name>.cpp).
 const std::vector<std::pair<std::string, ModelBuilder>>& registry() {
   static const std::vector<std::pair<std::string, ModelBuilder>> table = {
+      {"vit", build_vit},
   };
   return table;
 }

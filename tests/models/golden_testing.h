@@ -116,8 +116,8 @@ inline void check_golden_serial(const Golden& g, double rtol = 1e-9) {
   }
 }
 
-// The model on `mesh` against the serial fp64 oracle, every input laid out by model.input_placements (or with
-// `extents[name]`, one vector per mesh axis, for caller decompositions). Returns check_sharded's verdict.
+// The model on `mesh` against the serial fp64 oracle, every input laid out by model.input_placements and
+// input_extents (or with `extents[name]`, one vector per mesh axis, for caller decompositions). Returns check_sharded's verdict.
 inline ShardedCheckResult check_golden_sharded(const Mesh& mesh, const Golden& g,
                                                const std::map<std::string, AxisExtents>& extents = {},
                                                double tol = 1e-10) {
@@ -129,7 +129,7 @@ inline ShardedCheckResult check_golden_sharded(const Mesh& mesh, const Golden& g
     c.inputs.push_back(full);
     c.placements.push_back(model->input_placements(name, full.shape(), mesh));
     auto e = extents.find(name);
-    c.extents.push_back(e == extents.end() ? AxisExtents{} : e->second);
+    c.extents.push_back(e == extents.end() ? model->input_extents(name, full.shape(), mesh) : e->second);
     c.input_requires_grad.push_back(g.grad_inputs.count(name) != 0);
   }
   c.params = model->parameters();
