@@ -1,6 +1,7 @@
 #include <sstream>
 #include <utility>
 
+#include "models/flare.h"
 #include "models/model.h"
 #include "runtime/errors.h"
 
@@ -11,6 +12,7 @@ namespace {
 // The bundled models, by registry name. Each builder lives with its model (models/<name>.cpp).
 const std::vector<std::pair<std::string, ModelBuilder>>& registry() {
   static const std::vector<std::pair<std::string, ModelBuilder>> table = {
+      {"flare", build_flare},
   };
   return table;
 }
