@@ -24,12 +24,11 @@ int64_t product(const std::vector<int64_t>& v) {
   return p;
 }
 
-// numpy.linspace(0, 1, n)[i] as f32 (torch.tensor(np.linspace(...), dtype=torch.float)): i / (n - 1), and [0]
-// for n == 1.
-float linspace01(int64_t i, int64_t n) {
-  if (n == 1) return 0.0f;
-  if (i == n - 1) return 1.0f;  // numpy sets the endpoint exactly
-  return static_cast<float>(static_cast<double>(i) * (1.0 / static_cast<double>(n - 1)));
+// linspace(0, 1, n)[i]: i / (n - 1) with the endpoint exact, and [0] for n == 1.
+double linspace01(int64_t i, int64_t n) {
+  if (n == 1) return 0.0;
+  if (i == n - 1) return 1.0;
+  return static_cast<double>(i) * (1.0 / static_cast<double>(n - 1));
 }
 
 }  // namespace
@@ -94,7 +93,7 @@ Tensor unified_position_grid(int64_t hs, int64_t ws, int64_t ref, DType dtype) {
     for (int64_t j = 0; j < ws; ++j)
       for (int64_t a = 0; a < ref; ++a)
         for (int64_t b = 0; b < ref; ++b) {
-          const float dx = linspace01(i, hs) - linspace01(a, ref), dy = linspace01(j, ws) - linspace01(b, ref);
+          const double dx = linspace01(i, hs) - linspace01(a, ref), dy = linspace01(j, ws) - linspace01(b, ref);
           v[k++] = std::sqrt(dx * dx + dy * dy);
         }
   return from_vector(v, {1, hs * ws, ref * ref}, {dtype});
@@ -103,9 +102,7 @@ Tensor unified_position_grid(int64_t hs, int64_t ws, int64_t ref, DType dtype) {
 TimeEmbedding::TimeEmbedding(int64_t c, DType dtype) : channels(c) {
   const int64_t half = c / 2;
   std::vector<double> f(static_cast<size_t>(half));
-  // f32 like PhysicsNeMo's buffer: arange(half) / half, then (1/10000) ** that.
-  for (int64_t k = 0; k < half; ++k)
-    f[k] = std::pow(1.0f / 10000.0f, static_cast<float>(k) / static_cast<float>(half));
+  for (int64_t k = 0; k < half; ++k) f[k] = std::pow(1.0 / 10000.0, static_cast<double>(k) / static_cast<double>(half));
   freqs = from_vector(f, {half}, {dtype});
   register_buffer("freqs", &freqs);
 }
@@ -207,9 +204,16 @@ void TransolverShell::check_inputs(const std::map<std::string, ShardTensor>& inp
   const Shape& fx = inputs.at("fx").global_shape();
   const std::vector<int64_t> sp = c.structured_shape.value_or(std::vector<int64_t>{});
   const bool spatial = !sp.empty() && fx.size() == sp.size() + 2;
-  SHARDRT_CHECK(fx.size() == 3 || spatial, ShapeError, k, ": input 'fx' is ", shape_str(fx), "; expected (B, N, ",
-                c.functional_dim, ")", sp.empty() ? "" : " or (B, " + dims_str(sp).substr(1, std::string::npos) +
-                                                            std::string(", ") + std::to_string(c.functional_dim) + ")");
+  if (fx.size() != 3 && !spatial) {
+    std::string spatial_form;
+    if (!sp.empty()) {
+      spatial_form = " or (B";
+      for (int64_t e : sp) spatial_form += ", " + std::to_string(e);
+      spatial_form += ", " + std::to_string(c.functional_dim) + ")";
+    }
+    throw ShapeError(k + ": input 'fx' is " + shape_str(fx) + "; expected (B, N, " + std::to_string(c.functional_dim) +
+                     ")" + spatial_form);
+  }
   if (spatial)
     SHARDRT_CHECK(std::vector<int64_t>(fx.begin() + 1, fx.end() - 1) == sp, ShapeError, k, ": input 'fx' is ",
                   shape_str(fx), ": its spatial shape differs from structured_shape ", dims_str(sp));
@@ -224,7 +228,7 @@ void TransolverShell::check_inputs(const std::map<std::string, ShardTensor>& inp
     const Shape& e = inputs.at("embedding").global_shape();
     const bool e_spatial = !sp.empty() && e.size() == sp.size() + 2 &&
                            std::vector<int64_t>(e.begin() + 1, e.end() - 1) == sp;
-    const bool ok = (e.size() == 3 && e[0] == batch && e[1] == points) || (e_spatial && e[0] == batch);
+    const bool ok = (e.size() == 3 && e[0] == batch && e[1] == points) || (e_spatial && e[0] == batch && points == product(sp));
     SHARDRT_CHECK(ok, ShapeError, k, ": input 'embedding' is ", shape_str(e), " but 'fx' is ", shape_str(fx),
                   "; the embedding needs fx's batch and points: (", batch, ", ", points, ", embedding_dim)",
                   sp.empty() ? "" : " or fx's spatial layout");

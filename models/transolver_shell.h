@@ -43,11 +43,13 @@ struct TransolverConfig {
 TransolverConfig read_transolver_config(ConfigReader& reader);
 
 // The unified positional grid, (1, Hs*Ws, ref*ref): the distance of each grid point (linspace(0, 1) per axis) to
-// each point of a ref x ref reference grid, computed in f32 as PhysicsNeMo does, then converted to `dtype`.
+// each point of a ref x ref reference grid. Computed in f64, then converted to `dtype` (PhysicsNeMo's module
+// computes it in f32; checkpoints carry the buffer, so loading one overrides this either way).
 Tensor unified_position_grid(int64_t hs, int64_t ws, int64_t ref, DType dtype);
 
 // PhysicsNeMo's PositionalEmbedding(num_channels = n, endpoint = False, learnable = False, embed_fn = "cos_sin"):
-// a persistent buffer `freqs` [n/2], freqs_k = (1/10000)^(k/(n/2)), and [cos(t freqs), sin(t freqs)].
+// a persistent buffer `freqs` [n/2], freqs_k = (1/10000)^(k/(n/2)) (computed in f64), and
+// [cos(t freqs), sin(t freqs)].
 class TimeEmbedding : public Module {
  public:
   TimeEmbedding(int64_t channels, DType dtype);
