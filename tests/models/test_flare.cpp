@@ -268,3 +268,44 @@ TEST_CASE("flare: bad inputs and configs are typed errors naming the model, the 
   CHECK_THROWS_WITH(build_model("flare", small_config(R"({"act": "swish"})")),
                     Catch::Contains("activation 'swish' is not supported"));
 }
+
+TEST_CASE("flare: the whole model's collectives on the domain mesh (flare_time): the blocks', the preprocess "
+          "Linears', and time_fc's grad summed once by the broadcast add", "[models][ledger]") {
+  const Mesh mesh = world_1d(std::make_shared<CommLedger>());
+  const int p = mesh.size();
+  const Golden g = load_golden("flare_time");
+  auto model = golden_model(g);
+  ShardedCase c;
+  c.name = "flare_time model ledger";
+  for (const std::string& name : g.input_names) {
+    c.inputs.push_back(g.inputs.at(name));
+    c.placements.push_back(model->input_placements(name, g.inputs.at(name).shape(), mesh));
+    c.input_requires_grad.push_back(name != "time");
+  }
+  CHECK(c.placements[g.input_names.size() - 1] == Placements{R});  // time: replicated over domain
+  c.params = model->parameters();
+  models::Model* m = model.get();
+  const ShardedFn fn = [&](const std::vector<ShardTensor>& ins, const std::vector<Tensor>& w) {
+    m->bind_parameters(w);
+    std::map<std::string, ShardTensor> named;
+    for (size_t i = 0; i < ins.size(); ++i) named[g.input_names[i]] = ins[i];
+    return m->forward(named);
+  };
+  // flare_time: B = 2, n = 16, H = 2, D = 8, S = 4, mlp_ratio 1, 2 blocks, out 1, C_in = 1 + 3.
+  const int64_t b = 2, n = 16, h = 2, d = 8, s = 4, cin = 4, out = 1, bh = b * h;
+  // On one rank the points are still Shard(1) (of one): the same collectives are issued, sending 0 bytes.
+  const int64_t linear_numel = (cin * 2 * n + 2 * n) + (2 * n * n + n)  // preprocess
+                               + 2 * (4 * (n * n + n) + 2 * (d * d + d))   // per block: 6 Linears
+                               + (n * out + out);                          // ln_mlp2.1
+  std::vector<ExpectedComm> want = {
+      {"linear.backward", "all_reduce", "domain", 2 + 2 * 6 + 1, all_reduce_bytes(linear_numel, 8, p)},
+      {"layer_norm.backward", "all_reduce", "domain", 2 * 2 + 1, all_reduce_bytes(5 * 2 * n, 8, p)},
+      // The time term (B, 1, n), replicated over domain, meets the sharded points once: its grad is summed there
+      // by the add, so time_fc (on replicated data) is never reduced itself.
+      {"add.backward", "all_reduce", "domain", 1, all_reduce_bytes(b * n, 8, p)}};
+  want.push_back({"scaled_dot_product_attention.forward", "all_reduce", "domain", 4,
+                  2 * (all_reduce_bytes(bh * s, 8, p) + all_reduce_bytes(bh * s * (d + 1), 8, p))});
+  want.push_back({"scaled_dot_product_attention.backward", "all_reduce", "domain", 4,
+                  2 * (all_reduce_bytes(2 * bh * s * d, 8, p) + all_reduce_bytes(bh * s * d, 8, p))});
+  check_patch(mesh, fn, c, want);
+}
