@@ -228,7 +228,8 @@ void TransolverShell::check_inputs(const std::map<std::string, ShardTensor>& inp
     const Shape& e = inputs.at("embedding").global_shape();
     const bool e_spatial = !sp.empty() && e.size() == sp.size() + 2 &&
                            std::vector<int64_t>(e.begin() + 1, e.end() - 1) == sp;
-    const bool ok = (e.size() == 3 && e[0] == batch && e[1] == points) || (e_spatial && e[0] == batch && points == product(sp));
+    const bool ok = (e.size() == 3 && e[0] == batch && e[1] == points) ||
+                    (e_spatial && e[0] == batch && points == product(sp));
     SHARDRT_CHECK(ok, ShapeError, k, ": input 'embedding' is ", shape_str(e), " but 'fx' is ", shape_str(fx),
                   "; the embedding needs fx's batch and points: (", batch, ", ", points, ", embedding_dim)",
                   sp.empty() ? "" : " or fx's spatial layout");

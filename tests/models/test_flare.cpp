@@ -228,7 +228,8 @@ TEST_CASE("flare: bad inputs and configs are typed errors naming the model, the 
                     Catch::Contains("flare: the input 'embedding' (B, N, embedding_dim=5) is missing; it is required "
                                     "when unified_pos=false"));
   CHECK_THROWS_WITH(m->forward({{"fx", st({1, 6, 3})}, {"embedding", st({1, 6, 5})}, {"time", st({1})}}),
-                    Catch::Contains("flare: input 'time' [1] was given, but the model was built with time_input=false"));
+                    Catch::Contains("flare: input 'time' [1] was given, but the model was built with "
+                                    "time_input=false"));
   CHECK_THROWS_AS(m->forward({{"fx", st({1, 6, 4})}, {"embedding", st({1, 6, 5})}}), ShapeError);
   CHECK_THROWS_WITH(m->forward({{"fx", st({1, 6, 4})}, {"embedding", st({1, 6, 5})}}),
                     Catch::Contains("flare: input 'fx' is [1, 6, 4] with 4 channels; the model takes "
