@@ -1,6 +1,7 @@
 #include <sstream>
 #include <utility>
 
+#include "models/flare.h"
 #include "models/model.h"
 #include "models/vit.h"
 #include "runtime/errors.h"
@@ -13,6 +14,7 @@ namespace {
 const std::vector<std::pair<std::string, ModelBuilder>>& registry() {
   static const std::vector<std::pair<std::string, ModelBuilder>> table = {
       {"vit", build_vit},
+      {"flare", build_flare},
   };
   return table;
 }
