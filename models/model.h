@@ -56,6 +56,17 @@ using ModelBuilder = std::unique_ptr<Model> (*)(const Json& config, const ModelO
 std::unique_ptr<Model> build_model(const std::string& name, const Json& config, const ModelOptions& options = {});
 std::vector<std::string> model_names();
 
+// The layout bundled models give their inputs: the samples (dim 0) over the first batch axis of `mesh`, dim
+// `domain_dim` (the points, or the image rows; -1 for none) over its first domain axis. A dim is sharded by one axis
+// at most, so further axes of either role replicate.
+Placements samples_and_domain(const Mesh& mesh, int domain_dim);
+// The two axes samples_and_domain uses (-1 where the mesh has no axis of that role), for models that also choose
+// the extents.
+struct SampleDomainAxes {
+  int batch = -1, domain = -1;
+};
+SampleDomainAxes sample_domain_axes(const Mesh& mesh);
+
 // Checks that `inputs` holds exactly the model's inputs: each required one present, none unknown (ValueError naming
 // the name and the model's inputs).
 void check_input_names(const Model& model, const std::map<std::string, ShardTensor>& inputs);

@@ -36,18 +36,4 @@ std::unique_ptr<Model> build_model(const std::string& name, const Json& config, 
   throw ValueError(os.str());
 }
 
-void check_input_names(const Model& model, const std::map<std::string, ShardTensor>& inputs) {
-  const std::vector<ModelInput> known = model.inputs();
-  std::ostringstream list;
-  for (const ModelInput& in : known) list << " " << in.name << (in.required ? "" : " (optional)");
-  for (const auto& [name, t] : inputs) {
-    bool found = false;
-    for (const ModelInput& in : known) found |= in.name == name;
-    SHARDRT_CHECK(found, ValueError, model.kind(), ": unknown input '", name, "'; its inputs are", list.str());
-  }
-  for (const ModelInput& in : known)
-    SHARDRT_CHECK(!in.required || inputs.count(in.name), ValueError, model.kind(), ": the required input '", in.name,
-                  "' ", in.shape, " is missing; its inputs are", list.str());
-}
-
 }  // namespace shardrt::models

@@ -10,14 +10,6 @@ namespace shardrt::models {
 
 namespace {
 
-std::string dims_str(const std::vector<int64_t>& v) {
-  std::ostringstream os;
-  os << "(";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << ")";
-  return os.str();
-}
-
 int64_t product(const std::vector<int64_t>& v) {
   int64_t p = 1;
   for (int64_t x : v) p *= x;
@@ -66,15 +58,15 @@ TransolverConfig read_transolver_config(ConfigReader& r) {
                 " must be divisible by n_head=", c.n_head, " (remainder ", c.n_hidden % c.n_head, ")");
   if (c.structured_shape) {
     const auto& s = *c.structured_shape;
-    SHARDRT_CHECK(s.size() == 2 || s.size() == 3, ValueError, m, " config: structured_shape ", dims_str(s),
+    SHARDRT_CHECK(s.size() == 2 || s.size() == 3, ValueError, m, " config: structured_shape ", shape_str(s),
                   " must have 2 or 3 dims");
     for (int64_t e : s)
-      SHARDRT_CHECK(e > 0, ValueError, m, " config: structured_shape ", dims_str(s), " must be positive");
+      SHARDRT_CHECK(e > 0, ValueError, m, " config: structured_shape ", shape_str(s), " must be positive");
   }
   if (c.unified_pos) {
     SHARDRT_CHECK(c.structured_shape && c.structured_shape->size() == 2, ValueError, m,
                   " config: unified_pos=true needs a 2-D structured_shape (Hs, Ws), got ",
-                  c.structured_shape ? dims_str(*c.structured_shape) : std::string("None"));
+                  c.structured_shape ? shape_str(*c.structured_shape) : std::string("None"));
     SHARDRT_CHECK(c.ref >= 1, ValueError, m, " config: ref=", c.ref, " must be >= 1");
   } else {
     SHARDRT_CHECK(c.embedding_dim.has_value(), ValueError, m,
@@ -169,20 +161,9 @@ Placements TransolverShell::input_placements(const std::string& name, const Shap
                                              const Mesh& mesh) const {
   SHARDRT_CHECK(name == "fx" || name == "embedding" || name == "time", ValueError, kind_, ": unknown input '", name,
                 "'; its inputs are fx, embedding, time");
-  // The batch over the first batch axis, the points (image rows) over the first domain axis; a dim is sharded by
-  // at most one axis, so further axes of a role replicate.
-  Placements p(mesh.ndim(), Placement::Replicate());
-  bool batch_done = false, domain_done = false;
-  for (int m = 0; m < mesh.ndim(); ++m) {
-    if (mesh.is_batch_axis(m) && !batch_done && !global_shape.empty()) {
-      p[m] = Placement::Shard(0);
-      batch_done = true;
-    } else if (!mesh.is_batch_axis(m) && !domain_done && name != "time" && global_shape.size() >= 3) {
-      p[m] = Placement::Shard(1);
-      domain_done = true;
-    }
-  }
-  return p;
+  // The batch over the first batch axis, the points (image rows) over the first domain axis; time has no points.
+  if (global_shape.empty()) return Placements(static_cast<size_t>(mesh.ndim()), Placement::Replicate());
+  return samples_and_domain(mesh, name != "time" && global_shape.size() >= 3 ? 1 : -1);
 }
 
 void TransolverShell::check_inputs(const std::map<std::string, ShardTensor>& inputs) const {
@@ -216,14 +197,14 @@ void TransolverShell::check_inputs(const std::map<std::string, ShardTensor>& inp
   }
   if (spatial)
     SHARDRT_CHECK(std::vector<int64_t>(fx.begin() + 1, fx.end() - 1) == sp, ShapeError, k, ": input 'fx' is ",
-                  shape_str(fx), ": its spatial shape differs from structured_shape ", dims_str(sp));
+                  shape_str(fx), ": its spatial shape differs from structured_shape ", shape_str(sp));
   SHARDRT_CHECK(fx.back() == c.functional_dim, ShapeError, k, ": input 'fx' is ", shape_str(fx), " with ", fx.back(),
                 " channels; the model takes functional_dim=", c.functional_dim);
   const int64_t batch = fx[0];
   const int64_t points = spatial ? product(sp) : fx[1];
   if (c.unified_pos)
     SHARDRT_CHECK(points == product(sp), ShapeError, k, ": input 'fx' is ", shape_str(fx), " with ", points,
-                  " points; unified_pos needs the ", product(sp), " points of structured_shape ", dims_str(sp));
+                  " points; unified_pos needs the ", product(sp), " points of structured_shape ", shape_str(sp));
   if (inputs.count("embedding")) {
     const Shape& e = inputs.at("embedding").global_shape();
     const bool e_spatial = !sp.empty() && e.size() == sp.size() + 2 &&

@@ -11,29 +11,6 @@ namespace {
 
 constexpr const char* kModel = "vit";
 
-std::string list_str(const std::vector<int64_t>& v) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << "]";
-  return os.str();
-}
-
-// The mesh axes the model lays the input out on: the first batch axis takes the samples, the first domain axis the
-// image rows (a dim may be sharded by one axis only; further axes replicate).
-struct InputAxes {
-  int batch = -1, domain = -1;
-};
-
-InputAxes input_axes(const Mesh& mesh) {
-  InputAxes a;
-  for (int m = 0; m < mesh.ndim(); ++m) {
-    if (mesh.is_batch_axis(m) && a.batch < 0) a.batch = m;
-    if (!mesh.is_batch_axis(m) && a.domain < 0) a.domain = m;
-  }
-  return a;
-}
-
 void check_x_name(const std::string& name) {
   SHARDRT_CHECK(name == "x", ValueError, kModel, ": unknown input '", name, "'; its only input is x");
 }
@@ -60,11 +37,11 @@ namespace {
 
 void validate(const ViTConfig& c) {
   SHARDRT_CHECK(c.img_size.size() == 2 || c.img_size.size() == 3, ValueError, kModel,
-                " config: img_size must have 2 (2-D) or 3 (3-D) entries, got ", list_str(c.img_size));
+                " config: img_size must have 2 (2-D) or 3 (3-D) entries, got ", shape_str(c.img_size));
   SHARDRT_CHECK(c.patch_size > 0, ValueError, kModel, " config: patch_size must be positive, got ", c.patch_size);
   for (int64_t s : c.img_size)
     SHARDRT_CHECK(s > 0 && s % c.patch_size == 0, ValueError, kModel, " config: every img_size entry must be a ",
-                  "positive multiple of patch_size ", c.patch_size, ", got img_size ", list_str(c.img_size));
+                  "positive multiple of patch_size ", c.patch_size, ", got img_size ", shape_str(c.img_size));
   SHARDRT_CHECK(c.in_channels > 0 && c.embed_dim > 0 && c.num_heads > 0 && c.depth >= 0 && c.num_classes >= 0,
                 ValueError, kModel, " config: in_channels ", c.in_channels, ", embed_dim ", c.embed_dim,
                 ", num_heads ", c.num_heads, " must be positive, depth ", c.depth, " and num_classes ",
@@ -112,17 +89,13 @@ std::vector<ModelInput> HybridViT::inputs() const {
 Placements HybridViT::input_placements(const std::string& name, const Shape& global_shape, const Mesh& mesh) const {
   check_x_name(name);
   (void)global_shape;
-  Placements p(static_cast<size_t>(mesh.ndim()), Placement::Replicate());
-  const InputAxes a = input_axes(mesh);
-  if (a.batch >= 0) p[a.batch] = Placement::Shard(0);
-  if (a.domain >= 0) p[a.domain] = Placement::Shard(2);
-  return p;
+  return samples_and_domain(mesh, 2);  // the image rows
 }
 
 AxisExtents HybridViT::input_extents(const std::string& name, const Shape& global_shape, const Mesh& mesh) const {
   check_x_name(name);
   AxisExtents e(static_cast<size_t>(mesh.ndim()));
-  const InputAxes a = input_axes(mesh);
+  const SampleDomainAxes a = sample_domain_axes(mesh);
   if (a.batch >= 0 && !global_shape.empty()) e[a.batch] = split_extents(global_shape[0], mesh.shape()[a.batch]);
   if (a.domain >= 0 && global_shape.size() > 2) {
     const int64_t rows = global_shape[2], p = config.patch_size;
@@ -141,12 +114,12 @@ void HybridViT::check_input(const ShardTensor& x) const {
   const Shape& g = x.global_shape();
   const std::string want = inputs()[0].shape;
   SHARDRT_CHECK(g.size() == 2 + d, ShapeError, kModel, ": input x must be ", want, " for img_size ",
-                list_str(config.img_size), ", got global shape ", shape_str(g));
+                shape_str(config.img_size), ", got global shape ", shape_str(g));
   SHARDRT_CHECK(g[1] == config.in_channels, ShapeError, kModel, ": input x ", shape_str(g), " has ", g[1],
                 " channels, the model was built with in_channels ", config.in_channels);
   const std::vector<int64_t> spatial(g.begin() + 2, g.end());
   SHARDRT_CHECK(spatial == config.img_size, ShapeError, kModel, ": input x ", shape_str(g), " has image size ",
-                list_str(spatial), ", the model was built with img_size ", list_str(config.img_size),
+                shape_str(spatial), ", the model was built with img_size ", shape_str(config.img_size),
                 " (pos_embed holds one entry per patch)");
   const ShardSpec& spec = x.spec();
   for (int m = 0; m < x.mesh().ndim(); ++m) {
@@ -157,7 +130,7 @@ void HybridViT::check_input(const ShardTensor& x) const {
     if (!p.is_shard(2)) continue;
     for (int64_t rows : spec.extents(m))
       SHARDRT_CHECK(rows % config.patch_size == 0, ShapeError, kModel, ": input x ", shape_str(g),
-                    " has its image rows split into extents ", list_str(spec.extents(m)), " over mesh axis '",
+                    " has its image rows split into extents ", shape_str(spec.extents(m)), " over mesh axis '",
                     x.mesh().axis_names()[m], "'; every extent must be a multiple of patch_size ",
                     config.patch_size, " so that no patch straddles two ranks (HybridViT::input_extents gives one)");
   }
