@@ -249,7 +249,7 @@ TEST_CASE("flare: bad inputs and configs are typed errors naming the model, the 
   CHECK_THROWS_AS(sm->forward({{"fx", st({2, 9, 7, 3})}, {"embedding", st({2, 9, 7, 5})}}), ShapeError);
   CHECK_THROWS_WITH(sm->forward({{"fx", st({2, 9, 7, 3})}, {"embedding", st({2, 9, 7, 5})}}),
                     Catch::Contains("flare: input 'fx' is [2, 9, 7, 3]: its spatial shape differs from "
-                                    "structured_shape (9, 8)"));
+                                    "structured_shape [9, 8]"));
 
   auto um = build_model("flare", small_config(R"({"embedding_dim": null, "unified_pos": true, "ref": 2,
                                                    "structured_shape": [3, 4]})"), {DType::f64});
