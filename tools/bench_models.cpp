@@ -13,7 +13,8 @@
 //
 // --memory runs one forward+backward on a 1 x P (domain) mesh, the inputs scattered in the model's layout, and
 // prints each rank's allocator peak above what it held before the step (activations, saved tensors, grads), the
-// maximum over ranks being the per-rank peak of the table.
+// maximum over ranks being the per-rank peak of the table, and the bytes of the parameter grads within it (f32,
+// replicated on every domain rank by design: the optimizer shards them over ddp, not over domain).
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -176,8 +177,9 @@ int memory(const std::string& name, const std::string& data, const tools::MpiSes
   MPI_Gather(&mine, 1, MPI_LONG_LONG, all.data(), 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
   if (session.is_root()) {
     std::printf("{\"bench\": \"bench-models\", \"impl\": \"shardrt\", \"model\": \"%s\", \"memory\": true, "
-                "\"domain\": %d, \"params\": %lld, \"peak_bytes_per_rank\": [",
-                name.c_str(), session.size(), static_cast<long long>(model->num_parameters()));
+                "\"domain\": %d, \"params\": %lld, \"param_grad_bytes\": %lld, \"peak_bytes_per_rank\": [",
+                name.c_str(), session.size(), static_cast<long long>(model->num_parameters()),
+                static_cast<long long>(model->num_parameters() * 4));
     for (size_t i = 0; i < all.size(); ++i) std::printf("%s%lld", i ? ", " : "", all[i]);
     std::printf("], \"max_peak_bytes\": %lld}\n", *std::max_element(all.begin(), all.end()));
   }
