@@ -1,13 +1,15 @@
 // Vector bodies of the elementwise kernels, compiled once per SIMD target (kernels/cpu/simd.h has the pattern).
 // Each formula is the scalar one of kernels/cpu/elementwise.cpp written on whole vectors, with the same NaN, kink
 // and saturation rules; only the rounding of exp / erf / tanh differs (SLEEF's, within 1 ulp; float erf within
-// about 2.3 ulp, see ErfOf in kernels/cpu/simd-inl.h).
+// about 2.3 ulp, see ErfOf in kernels/cpu/simd-inl.h; float exact GELU through the normal tail of simd-inl.h,
+// within a few ulp, see GeluErf).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/elementwise_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <hwy/highway.h>
 #include <numbers>
+#include <type_traits>
 
 #include "kernels/cpu/elementwise_simd.h"
 #include "kernels/cpu/simd-inl.h"
@@ -34,13 +36,46 @@ HWY_INLINE V GeluTanhInner(D d, V x) {
   return VTanh(hn::Mul(hn::Set(d, std::numbers::sqrt2_v<T> * std::numbers::inv_sqrtpi_v<T>), hn::Add(x, cubic)));
 }
 
-// 0.5 (1 + erf(x / sqrt 2)), the normal CDF.
+// 0.5 (1 + erf(x / sqrt 2)), the normal CDF, in double (SLEEF's 1-ulp erf).
 template <class D, class V>
 HWY_INLINE V NormalCdf(D d, V x) {
   using T = hn::TFromD<D>;
   const V half = hn::Set(d, T(0.5));
   const V scaled = hn::Mul(hn::Mul(x, hn::Set(d, std::numbers::sqrt2_v<T>)), half);  // x / sqrt 2
   return hn::Mul(half, hn::Add(hn::Set(d, T(1)), ErfOf(d, scaled)));
+}
+
+// The normal CDF of float x from its upper tail Q(|x|) (simd-inl.h): Q(|x|) below 0, 1 - Q(|x|) above, so the
+// negative side, where GELU is x times a small CDF, keeps its relative accuracy. `gauss` gets exp(-x^2 / 2).
+template <class D, class V>
+HWY_INLINE V NormalCdfF32(D d, V x, V& gauss) {
+  const V tail = NormalUpperTailF32(d, hn::Abs(x), gauss);
+  return hn::IfThenElse(hn::Lt(x, hn::Zero(d)), tail, hn::Sub(hn::Set(d, 1.0f), tail));
+}
+
+// Exact GELU x * cdf(x) and its derivative cdf(x) + x pdf(x), pdf = exp(-x^2 / 2) / sqrt(2 pi): float through
+// NormalCdfF32 (one exp for both), double through erf and exp.
+template <class D, class V>
+HWY_INLINE V GeluErf(D d, V x) {
+  if constexpr (std::is_same_v<hn::TFromD<D>, float>) {
+    V gauss;
+    return hn::Mul(x, NormalCdfF32(d, x, gauss));
+  } else {
+    return hn::Mul(x, NormalCdf(d, x));
+  }
+}
+template <class D, class V>
+HWY_INLINE V GeluErfDerivative(D d, V x) {
+  using T = hn::TFromD<D>;
+  const V inv_sqrt_2pi = hn::Set(d, std::numbers::inv_sqrtpi_v<T> / std::numbers::sqrt2_v<T>);
+  if constexpr (std::is_same_v<T, float>) {
+    V gauss;
+    const V cdf = NormalCdfF32(d, x, gauss);
+    return hn::MulAdd(x, hn::Mul(gauss, inv_sqrt_2pi), cdf);
+  } else {
+    const V pdf = hn::Mul(VExp(hn::Neg(hn::Mul(hn::Set(d, T(0.5)), hn::Mul(x, x)))), inv_sqrt_2pi);
+    return hn::MulAdd(x, pdf, NormalCdf(d, x));
+  }
 }
 
 template <typename T>
@@ -60,7 +95,7 @@ void UnaryImpl(UnaryOp op, int64_t n, const T* x, T* y) {
     case UnaryOp::abs: map([&](V v) HWY_ATTR { return hn::Abs(v); }); break;
     // v < 0 ? 0 : v keeps NaN (the comparison is false) and -0.
     case UnaryOp::relu: map([&](V v) HWY_ATTR { return hn::IfThenZeroElse(hn::Lt(v, zero), v); }); break;
-    case UnaryOp::gelu_erf: map([&](V v) HWY_ATTR { return hn::Mul(v, NormalCdf(d, v)); }); break;
+    case UnaryOp::gelu_erf: map([&](V v) HWY_ATTR { return GeluErf(d, v); }); break;
     case UnaryOp::gelu_tanh:
       map([&](V v) HWY_ATTR { return hn::Mul(hn::Mul(half, v), hn::Add(one, GeluTanhInner(d, v))); });
       break;
@@ -98,12 +133,7 @@ void UnaryBackwardImpl(UnaryOp op, int64_t n, const T* x, const T* y, const T* g
       break;
     case UnaryOp::relu: from_x([&](V v) HWY_ATTR { return hn::IfThenElseZero(hn::Gt(v, zero), one); }); break;
     case UnaryOp::gelu_erf:
-      // cdf(x) + x pdf(x), pdf(x) = exp(-x^2 / 2) / sqrt(2 pi).
-      from_x([&](V v) HWY_ATTR {
-        const V pdf = hn::Mul(VExp(hn::Neg(hn::Mul(half, hn::Mul(v, v)))),
-                              hn::Set(d, std::numbers::inv_sqrtpi_v<T> / std::numbers::sqrt2_v<T>));
-        return hn::MulAdd(v, pdf, NormalCdf(d, v));
-      });
+      from_x([&](V v) HWY_ATTR { return GeluErfDerivative(d, v); });
       break;
     case UnaryOp::gelu_tanh:
       from_x([&](V v) HWY_ATTR {

@@ -104,6 +104,55 @@ HWY_INLINE hn::Vec<D> ErfOf(D d, hn::Vec<D> x) {
   }
 }
 
+// exp(y + y_lo) of float vectors with y <= 0 and |y_lo| tiny (a rounding error the caller recovered), for the
+// GELU below: SLEEF's expf handles the whole range and every special, and costs about twice this. 2^n exp(r)
+// with n = round(y / ln 2) and r = y - n ln 2 (ln 2 in two parts, so r is exact), exp(r) on [-ln2/2, ln2/2] by a
+// degree-6 polynomial (relative error 2e-9, a minimax fit rounded to float), 2^n built in the exponent bits.
+// Below -87, where 2^n would leave the normal range, the result is 0 (the true value is under 2e-38).
+template <class D>
+HWY_INLINE hn::Vec<D> ExpNonPositiveF32(D d, hn::Vec<D> y, hn::Vec<D> y_lo) {
+  using V = hn::Vec<D>;
+  const hn::RebindToSigned<D> di;
+  const V floor = hn::Set(d, -87.0f);
+  const V yc = hn::Max(y, floor);
+  const V n = hn::Round(hn::Mul(yc, hn::Set(d, 1.44269504f)));
+  V r = hn::MulAdd(n, hn::Set(d, -0.693145751953125f), yc);
+  r = hn::Add(hn::MulAdd(n, hn::Set(d, -1.42860677e-06f), r), y_lo);
+  V p = hn::Set(d, 0.00138368364f);
+  for (float c : {0.00837481581f, 0.0416682251f, 0.166664198f, 0.49999991f, 1.0f, 1.0f}) {
+    p = hn::MulAdd(p, r, hn::Set(d, c));
+  }
+  const auto scale = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  return hn::IfThenZeroElse(hn::Lt(y, floor), hn::Mul(p, hn::BitCast(d, scale)));
+}
+
+// The upper tail of the standard normal, Q(a) = P(X > a) = erfc(a / sqrt 2) / 2, for a = |x| >= 0 in float, and
+// the Gaussian factor g = exp(-a^2 / 2) it is built on (GELU's backward needs it for the density). The form is
+// Q(a) = g t P(t), t = 1 / (1 + 0.21 a), P of degree 8 (erfc times exp(z^2) is smooth and slowly varying for
+// z >= 0, so a polynomial in t covers all of a in [0, 14] to a relative 1.6e-8 as fitted; beyond 13.2 Q is 0 in
+// float anyway). One exp and no range switch, against erf's two ranges and SLEEF exp; and Q keeps its *relative*
+// accuracy far into the tail, where 1 + erf(x) for negative x cancels. a^2 is split into its rounded value and the
+// rounding error (an exact FMA), which goes into the exp's argument: at a = 13 that error alone would be 30 ulp.
+// t takes the approximate reciprocal and one Newton step (rcp14 on AVX-512, rcp on AVX2: 23+ bits after it).
+template <class D>
+HWY_INLINE hn::Vec<D> NormalUpperTailF32(D d, hn::Vec<D> a, hn::Vec<D>& gauss) {
+  using V = hn::Vec<D>;
+  const V sq = hn::Mul(a, a);
+  const V sq_err = hn::MulSub(a, a, sq);
+  const V minus_half = hn::Set(d, -0.5f);
+  gauss = ExpNonPositiveF32(d, hn::Mul(sq, minus_half), hn::Mul(sq_err, minus_half));
+  // min keeps t finite (not 0 * inf) at a = inf, where gauss is already 0.
+  const V s = hn::MulAdd(hn::Min(a, hn::Set(d, 14.0f)), hn::Set(d, 0.21f), hn::Set(d, 1.0f));
+  const V t0 = hn::ApproximateReciprocal(s);
+  const V t = hn::Mul(t0, hn::NegMulAdd(s, t0, hn::Set(d, 2.0f)));
+  V p = hn::Set(d, -0.0716563389f);
+  for (float c : {0.283588827f, -0.330254078f, 0.349401981f, -0.0939259678f, 0.124873087f, 0.0691920668f,
+                  0.0850688741f, 0.083711572f}) {
+    p = hn::MulAdd(p, t, hn::Set(d, c));
+  }
+  return hn::Mul(hn::Mul(gauss, t), p);
+}
+
 // ---- loops over n contiguous elements; out may alias an input ----
 // The tail (n not a multiple of the lane count) is copied into a zero-padded vector and computed like the rest,
 // so an element's result does not depend on where it sits in the range.
