@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/conv_simd.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/scratch.h"
 
 namespace shardrt::kernels::cpu {
 namespace {
@@ -16,6 +17,13 @@ constexpr int64_t kParallelWork = 1 << 15;
 // Largest im2col chunk, in elements: bounds the scratch memory for large 3-d volumes (the full im2col matrix
 // of a 64³ volume with 64 channels and a 3³ kernel would be 450M elements) while keeping each GEMM wide.
 constexpr int64_t kColumnBudget = int64_t(1) << 20;
+
+// Forward column tiles: as many output positions as keep one tile's im2col (Cin·taps × tile) in a core's L2 cache
+// between im2col writing it and its GEMM reading it (a 4 MiB chunk of the whole budget goes out to L3 and back,
+// and OpenBLAS then copies it once more into its own panels). Tiles run in parallel, one single-threaded GEMM
+// each (OpenBLAS runs single-threaded inside an OpenMP region), so a tile's result does not depend on the thread
+// count, and no GEMM has to be split over threads at M = Cout.
+constexpr int64_t kTileBytes = int64_t(384) << 10;
 
 int64_t volume(const int64_t* dims) { return dims[0] * dims[1] * dims[2]; }
 
@@ -96,11 +104,12 @@ bool patches_cover_input(const ConvGeometry& g) {
   return true;
 }
 
-// Calls f(channel, tap, a0, a1, a2) for every row of the im2col matrix, in parallel when the chunk is large.
+// Calls f(channel, tap, a0, a1, a2) for every row of the im2col matrix, in parallel when the chunk is large and
+// the caller is not already one of several threads.
 template <class F>
-void for_each_col_row(const ConvGeometry& g, int64_t channels, int64_t np, F f) {
+void for_each_col_row(const ConvGeometry& g, int64_t channels, int64_t np, bool parallel, F f) {
   const int64_t taps = volume(g.kernel);
-#pragma omp parallel for if (channels * taps * np > kParallelWork) schedule(static)
+#pragma omp parallel for if (parallel && channels * taps * np > kParallelWork) schedule(static)
   for (int64_t ck = 0; ck < channels * taps; ++ck) {
     const int64_t c = ck / taps, k = ck % taps;
     f(c, k, k / (g.kernel[1] * g.kernel[2]), (k / g.kernel[2]) % g.kernel[1], k % g.kernel[2]);
@@ -109,9 +118,10 @@ void for_each_col_row(const ConvGeometry& g, int64_t channels, int64_t np, F f) 
 
 // col (channels·taps × np) gathered from one sample xb (channels, in_vol), g right-aligned.
 template <typename T>
-void im2col(const ConvGeometry& g, const std::vector<OutputRun>& runs, int64_t np, const T* xb, T* col) {
+void im2col(const ConvGeometry& g, const std::vector<OutputRun>& runs, int64_t np, const T* xb, T* col,
+            bool parallel = true) {
   const int64_t in_vol = volume(g.in), taps = volume(g.kernel), step = g.stride[2];
-  for_each_col_row(g, g.c_in, np, [&](int64_t c, int64_t k, int64_t a0, int64_t a1, int64_t a2) {
+  for_each_col_row(g, g.c_in, np, parallel, [&](int64_t c, int64_t k, int64_t a0, int64_t a1, int64_t a2) {
     const T* xc = xb + c * in_vol;
     T* row = col + (c * taps + k) * np;
     const TapColumns tc = tap_columns(g, a2);
@@ -165,7 +175,7 @@ void col2im(const ConvGeometry& g, const std::vector<OutputRun>& runs, int64_t n
     }
   };
   if (store) {
-    for_each_col_row(g, g.c_in, np, scatter_row);
+    for_each_col_row(g, g.c_in, np, true, scatter_row);
     return;
   }
 #pragma omp parallel for if (g.c_in * taps * np > kParallelWork) schedule(static)
@@ -254,18 +264,35 @@ void conv_forward(const ConvGeometry& geometry, const T* x, const T* w, const T*
   const ConvGeometry g = right_aligned(geometry);
   const int64_t in_vol = volume(g.in), out_vol = volume(g.out), taps = volume(g.kernel);
   const int64_t rows = g.c_in * taps;
-  const bool pointwise = is_pointwise(g);
-  const int64_t chunk = pointwise ? out_vol : chunk_columns(rows, out_vol);
-  std::vector<T> col(pointwise ? 0 : rows * std::min(chunk, out_vol));
-
-  if (bias) fill_bias(g.batch, g.c_out, out_vol, bias, y);
-  for (int64_t p0 = 0; p0 < out_vol; p0 += chunk) {
-    const int64_t np = std::min(chunk, out_vol - p0);
-    const std::vector<OutputRun> runs = pointwise ? std::vector<OutputRun>() : output_runs(g, p0, np);
+  if (is_pointwise(g)) {
+    // The input is the im2col matrix: one GEMM per sample, threaded by the BLAS.
+    if (bias) fill_bias(g.batch, g.c_out, out_vol, bias, y);
     for (int64_t b = 0; b < g.batch; ++b) {
-      const auto [cols, ld_cols] = conv_columns(g, pointwise, p0, np, runs, x + b * g.c_in * in_vol, col.data());
-      gemm(false, false, g.c_out, np, rows, T(1), w, rows, cols, ld_cols, bias ? T(1) : T(0),
-           y + b * g.c_out * out_vol + p0, out_vol);
+      gemm(false, false, g.c_out, out_vol, rows, T(1), w, rows, x + b * g.c_in * in_vol, in_vol, bias ? T(1) : T(0),
+           y + b * g.c_out * out_vol, out_vol);
+    }
+    return;
+  }
+  const int64_t tile = std::clamp<int64_t>(kTileBytes / static_cast<int64_t>(rows * sizeof(T)), 16,
+                                           std::max<int64_t>(out_vol, 1));
+  const int64_t tiles = (out_vol + tile - 1) / tile, work = g.batch * tiles;
+#pragma omp parallel if (work > 1 && g.batch * rows * out_vol > kParallelWork)
+  {
+    Scratch<T> col(rows * std::min(tile, out_vol));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < work; ++i) {
+      const int64_t b = i / tiles, p0 = (i % tiles) * tile, np = std::min(tile, out_vol - p0);
+      im2col(g, output_runs(g, p0, np), np, x + b * g.c_in * in_vol, col.data(), /*parallel=*/false);
+      T* yt = y + b * g.c_out * out_vol + p0;
+      gemm(false, false, g.c_out, np, rows, T(1), w, rows, col.data(), np, T(0), yt, out_vol);
+      // The bias goes onto the tile while it is still in cache, instead of a separate pass over y before.
+      if (bias) {
+        for (int64_t co = 0; co < g.c_out; ++co) {
+          T* row = yt + co * out_vol;
+          const T shift = bias[co];
+          for (int64_t j = 0; j < np; ++j) row[j] += shift;
+        }
+      }
     }
   }
 }
@@ -286,7 +313,7 @@ void conv_backward(const ConvGeometry& geometry, const T* x, const T* w, const T
   if (!gx && !gw) return;
 
   const int64_t scratch = pointwise ? 0 : rows * std::min(chunk, out_vol);
-  std::vector<T> col(gw ? scratch : 0), grad_col(gx ? scratch : 0);
+  Scratch<T> col(gw ? scratch : 0), grad_col(gx ? scratch : 0);
   for (int64_t p0 = 0; p0 < out_vol; p0 += chunk) {
     const int64_t np = std::min(chunk, out_vol - p0);
     const std::vector<OutputRun> runs = pointwise ? std::vector<OutputRun>() : output_runs(g, p0, np);
