@@ -4,14 +4,16 @@
 // `seed` is sin(0.37 i + seed) * scale, computed in double and cast to f32 (the model-like rows add a quadratic
 // phase, see mixed_input); grad_output is cos(0.11 i).
 // Prints one line:
-//   bench-cpu impl=shardrt workload=W threads=N reps=R min_ms=.. median_ms=.. checksum=s,q;s,q;... bytes=B
-//   blas=openmp simd=AVX3
-// with the sum and the sum of squares of the output and then of each input's grad (fwdbwd only), the least bytes
+//   bench-cpu impl=shardrt workload=W threads=N reps=R min_ms=.. median_ms=.. cpu_min_ms=.. cpu_median_ms=..
+//   checksum=s,q;s,q;... bytes=B blas=openmp simd=AVX3
+// (cpu_*: the process's CPU time per step, all threads together: on a machine shared with other jobs it is the
+// steadier figure, since time spent waiting for a core is not counted) with the sum and the sum of squares of the output and then of each input's grad (fwdbwd only), the least bytes
 // a memory-bound workload must move (0 for the others), and what the kernels ran on. With --bandwidth it
 // measures the machine's memory bandwidth instead (STREAM-style copy and triad) and prints
 //   bench-cpu-bandwidth threads=N copy_gbs=.. triad_gbs=..
 #include <cblas.h>
 #include <omp.h>
+#include <time.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -174,6 +176,18 @@ Workload make(const std::string& op) {
   throw CLI::ValidationError("--workload", "unknown workload " + op);
 }
 
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 std::string sums(const Tensor& t) {
   const Tensor c = t.contiguous();
   const float* p = c.data<float>();
@@ -234,21 +248,22 @@ int main(int argc, char** argv) {
   };
   step();  // warm-up
   step();
-  std::vector<double> ms;
+  std::vector<double> ms, cpu;
   for (int r = 0; r < reps; ++r) {
+    const double c0 = process_cpu_ms();
     const auto t0 = std::chrono::steady_clock::now();
     step();
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    cpu.push_back(process_cpu_ms() - c0);
   }
-  std::sort(ms.begin(), ms.end());
-  const double median = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
   std::string checksum = sums(out);
   if (bwd)
     for (const Tensor& t : w.inputs) checksum += ";" + sums(grad_of(t));
   const kernels::cpu::CpuInfo info = kernels::cpu::cpu_info();
-  std::printf("bench-cpu impl=shardrt workload=%s threads=%d reps=%d min_ms=%.4f median_ms=%.4f checksum=%s "
-              "bytes=%.0f blas=%s simd=%s\n",
-              workload.c_str(), threads, reps, ms.front(), median, checksum.c_str(), bytes_moved(w, bwd),
+  std::printf("bench-cpu impl=shardrt workload=%s threads=%d reps=%d min_ms=%.4f median_ms=%.4f cpu_min_ms=%.4f "
+              "cpu_median_ms=%.4f checksum=%s bytes=%.0f blas=%s simd=%s\n",
+              workload.c_str(), threads, reps, *std::min_element(ms.begin(), ms.end()), median_of(ms),
+              *std::min_element(cpu.begin(), cpu.end()), median_of(cpu), checksum.c_str(), bytes_moved(w, bwd),
               info.blas_threading.c_str(), info.simd_target.c_str());
   return 0;
 }

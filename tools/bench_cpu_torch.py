@@ -1,6 +1,7 @@
 """The PyTorch side of tools/bench-cpu: one CPU workload of issue 10, timed, with the same CLI, the same inputs and
 the same output line as shardrt-bench-cpu (see tools/bench_cpu.cpp):
-  bench-cpu impl=torch workload=W threads=N reps=R min_ms=.. median_ms=.. checksum=s,q;s,q;...
+  bench-cpu impl=torch workload=W threads=N reps=R min_ms=.. median_ms=.. cpu_min_ms=.. cpu_median_ms=..
+  checksum=s,q;s,q;...
 Input number `seed`: element i (row-major) is sin(0.37 i + seed) * scale in double, cast to f32 (the model-like rows
 add a quadratic phase, see mixed_data); grad_output is
 cos(0.11 i). Run with the golden venv's python (tools/bench-cpu does)."""
@@ -124,14 +125,16 @@ def main():
 
     step()  # warm-up
     step()
-    ms = []
+    ms, cpu = [], []
     for _ in range(a.reps):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         step()
         ms.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
     checksum = ";".join([sums(state["out"])] + ([sums(t.grad) for t in inputs] if bwd else []))
     print(f"bench-cpu impl=torch workload={a.workload} threads={a.threads} reps={a.reps} "
-          f"min_ms={min(ms):.4f} median_ms={statistics.median(ms):.4f} checksum={checksum}")
+          f"min_ms={min(ms):.4f} median_ms={statistics.median(ms):.4f} cpu_min_ms={min(cpu):.4f} "
+          f"cpu_median_ms={statistics.median(cpu):.4f} checksum={checksum}")
 
 
 if __name__ == "__main__":
