@@ -1,7 +1,5 @@
 #include "kernels/cpu/attention.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,24 +14,16 @@ namespace {
 // Query rows per tile. Measured on a Zen 4 core (32 KiB L1d, 1 MiB L2) between 32 and 128: 64 was best or within
 // noise at D = 16 and 64.
 constexpr int64_t kQueryBlock = 64;
-// With OpenBLAS's pthread build the tile GEMMs must stay below the size at which it threads a call (M·N·K > 65536 ·
-// GEMM_MULTITHREAD_THRESHOLD = 4): called from two OpenMP threads at once it spins in its queue lock and runs some
-// 1000x slower. Its OpenMP build (the one meson.build links) and its serial one run a call made inside an active
-// OpenMP region on the calling thread, so there the cap is not needed.
+// The tile GEMMs run inside this kernel's OpenMP region, so each must stay below the size at which OpenBLAS
+// threads a call (M·N·K > 65536 · GEMM_MULTITHREAD_THRESHOLD = 4): a pthread OpenBLAS called from two OpenMP
+// threads at once spins in its queue lock and runs some 1000x slower.
 constexpr int64_t kSerialGemmWork = int64_t(1) << 18;
 constexpr int64_t kMaxKeyBlock = 256;
 
-bool blas_threads_its_own_pool() {
-  static const bool pthread = openblas_get_parallel() == 1;  // 0 serial, 1 pthreads, 2 OpenMP
-  return pthread;
-}
-
-// Keys per tile: 256, which keeps the score tile (64 KiB in f32) with the K and V blocks in L2 and makes the GEMMs
-// long enough that call and packing costs stop dominating (at D = 64, 64-key tiles spent 15% of the forward in
-// OpenBLAS's packing of the score tile); under a pthread OpenBLAS capped so the tile's GEMMs stay serial (D = 64:
-// 64 keys), in multiples of 16 (a vector of f32 at AVX-512). Depends on the shape only, never the thread count.
+// Keys per tile: up to 256, which keeps the score tile (64 KiB in f32) with the K and V blocks in L2 and makes the
+// GEMMs long enough that call and packing costs stop dominating at small head dims (D = 16: 256 keys), capped so
+// the tile's GEMMs stay serial (D = 64: 64 keys), in multiples of 16 (a vector of f32 at AVX-512).
 int64_t key_block(int64_t D, int64_t Dv) {
-  if (!blas_threads_its_own_pool()) return kMaxKeyBlock;
   const int64_t widest = std::max<int64_t>({D, Dv, 1});
   return std::clamp<int64_t>(kSerialGemmWork / (kQueryBlock * widest) / 16 * 16, 16, kMaxKeyBlock);
 }
