@@ -1,5 +1,6 @@
 #include "models/context_projector.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/tape.h"
@@ -61,13 +62,26 @@ namespace {
 // One sample's cloud (n, 3) of a (B, n, 3) tensor, as a 2-D ShardTensor whose points keep their domain split.
 // The batch axes are stated Replicate: each rank holds its own sample there, and nothing below communicates over
 // them (the search rings over the domain axis only, and the gather's grads stay on the ranks that own the points).
+// A rank holding fewer samples than others (the batch split over ddp, unevenly or with zero-size shards) searches
+// a stand-in cloud of zeros for the missing ones, so that every rank issues the same ops; the results are dropped.
 ShardTensor sample_cloud(const ShardTensor& x, int64_t b) {
   const int n = x.mesh().ndim();
   Placements p(n, Placement::Replicate());
   AxisExtents e(n);
   for (int m = 0; m < n; ++m)
     if (x.spec().placement(m).is_shard(1)) p[m] = Placement::Shard(0), e[m] = x.spec().extents(m);
-  return from_local(contiguous(select(x.local(), 0, b)), x.mesh(), p, e);
+  const Tensor cloud = b < x.local().size(0) ? contiguous(select(x.local(), 0, b))
+                                             : zeros({x.local().size(1), x.local().size(2)}, {x.dtype(), x.device()});
+  return from_local(cloud, x.mesh(), p, e);
+}
+
+// The most samples any rank holds locally (the largest batch extent), from the spec alone.
+int64_t most_local_samples(const ShardTensor& x) {
+  int64_t most = x.local().size(0);
+  for (int m = 0; m < x.mesh().ndim(); ++m)
+    if (x.spec().placement(m).is_shard(0))
+      for (int64_t e : x.spec().extents(m)) most = std::max(most, e);
+  return most;
 }
 
 }  // namespace
@@ -82,12 +96,13 @@ ShardTensor GeometricFeatureProcessor::forward(const ShardTensor& points, const 
                 " must split the batch alike");
   const int64_t batch = queries.local().size(0), nq = queries.local().size(1);
   std::vector<Tensor> per_sample;
-  for (int64_t b = 0; b < batch; ++b) {
+  const int64_t rounds = std::max(most_local_samples(points), most_local_samples(queries));
+  for (int64_t b = 0; b < rounds; ++b) {
     const ShardTensor pts = sample_cloud(points, b), qry = sample_cloud(queries, b);
     const Neighbors nb = radius_search(pts, qry, radius, neighbors);
     // Raw absolute xyz of each neighbour, zeros where a query has fewer than K (index -1): (nq, K, 3).
     const ShardTensor xyz = gather_neighbor_features(pts, nb.index);
-    per_sample.push_back(unsqueeze(reshape(xyz.local(), {nq, neighbors * 3}), 0));
+    if (b < batch) per_sample.push_back(unsqueeze(reshape(xyz.local(), {nq, neighbors * 3}), 0));
   }
   Tensor flat = batch == 1 ? per_sample[0]
                 : batch == 0 ? zeros({0, nq, neighbors * 3}, {queries.dtype(), queries.device()})
