@@ -46,7 +46,8 @@ PendingSlices ContextProjector::pending(const ShardTensor& x, GumbelState& noise
   const ShardTensor xm = reshape(in_project_x.forward(x), {s[0], s[1], heads, dim_head});
   const ShardTensor fm = plus ? xm : reshape(in_project_fx->forward(x), {s[0], s[1], heads, dim_head});
   const ShardTensor z = in_project_slice.forward(xm);
-  const ShardTensor w = plus ? slice_weights_plus(z, fm, temperature, *proj_temperature0, *proj_temperature2, noise)
+  const ShardTensor w = plus ? slice_weights_plus(z, fm, temperature, *proj_temperature0, *proj_temperature2, noise,
+                                                  noise_site)
                              : slice_weights(z, temperature);
   // output_dropout (eval: identity) applies to the resolved tokens; nothing to do here.
   return slice_sums(w, fm);
@@ -124,6 +125,7 @@ MultiScaleFeatureExtractor::MultiScaleFeatureExtractor(const std::vector<double>
     tokenizers.push_back(std::make_unique<ContextProjector>(hidden, heads, dim_head, slice_num, plus, concrete,
                                                             dropout, std::nullopt, dtype));
     register_module("tokenizers." + std::to_string(j), tokenizers.back().get());
+    tokenizers.back()->noise_site = "tokenizers." + std::to_string(j);  // the builder prefixes its path
   }
 }
 
@@ -135,6 +137,8 @@ GlobalContextBuilder::GlobalContextBuilder(const ContextConfig& c, DType dtype) 
           c.radii, c.neighbors_in_radius, c.n_hidden_local, c.n_head, dc, c.slice_num, c.plus, c.concrete_dropout,
           c.dropout, dtype));
       register_module("local_extractors." + std::to_string(i), local_extractors.back().get());
+      for (auto& t : local_extractors.back()->tokenizers)
+        t->noise_site = "context_builder.local_extractors." + std::to_string(i) + "." + t->noise_site;
     }
     context_dim_ += dc * static_cast<int64_t>(c.radii.size()) * c.n_streams;
   }
@@ -142,12 +146,14 @@ GlobalContextBuilder::GlobalContextBuilder(const ContextConfig& c, DType dtype) 
     geometry_tokenizer = std::make_unique<ContextProjector>(*c.geometry_dim, c.n_head, dc, c.slice_num, c.plus,
                                                             c.concrete_dropout, c.dropout, c.structured_shape, dtype);
     register_module("geometry_tokenizer", geometry_tokenizer.get());
+    geometry_tokenizer->noise_site = "context_builder.geometry_tokenizer";
     context_dim_ += dc;
   }
   if (c.global_dim) {
     global_tokenizer = std::make_unique<ContextProjector>(*c.global_dim, c.n_head, dc, c.slice_num, c.plus,
                                                           c.concrete_dropout, c.dropout, std::nullopt, dtype);
     register_module("global_tokenizer", global_tokenizer.get());
+    global_tokenizer->noise_site = "context_builder.global_tokenizer";
     context_dim_ += dc;
   }
 }

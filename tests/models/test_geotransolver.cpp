@@ -1,5 +1,5 @@
 // GeoTransolver (models/geotransolver.h): the goldens from PhysicsNeMo's own module (serially at 1e-9, with the
-// Gumbel draws PhysicsNeMo made for plus mode fed back in), sharded against the serial fp64 oracle on every mesh
+// Gumbel draws PhysicsNeMo made for plus mode as inputs), sharded against the serial fp64 oracle on every mesh
 // with the stream points and the geometry cloud split differently (uneven, a zero-size geometry shard), local
 // features included in backward; the exact collectives of a GALE block and of the context; typed errors for bad
 // inputs. The state_dict keys are checked in test_geotransolver_keys.cpp.
@@ -20,11 +20,11 @@ using namespace shardrt::test;
 
 namespace {
 
-// A GeoTransolver golden: the common fields, plus every output (output or output.{i}), its grad_output, and the
-// uniform draws of plus mode's Gumbel noise in PhysicsNeMo's call order (gumbel_u.{k}, global shapes).
+// A GeoTransolver golden: the common fields, plus every output (output or output.{i}) and its grad_output. Plus
+// mode's Gumbel draws are inputs (gumbel_u.<site>, the model's optional inputs), recorded from PhysicsNeMo's run.
 struct GeoGolden {
   Golden g;
-  std::vector<Tensor> outputs, grad_outputs, gumbel;
+  std::vector<Tensor> outputs, grad_outputs;
 };
 
 const std::vector<std::string> kGoldens = {"geotransolver_gale_weighted", "geotransolver_galefa_concat",
@@ -38,9 +38,8 @@ GeoGolden load_geo_golden(const std::string& name) {
   out.g = load_golden(name);
   const SafetensorsFile f = load_safetensors(golden_path(name));
   auto get = [&](const std::string& key) -> Tensor {
-    for (const auto& [k, t] : f.tensors())
-      if (k == key) return t.clone();
-    return Tensor();
+    auto it = f.tensors().find(key);
+    return it == f.tensors().end() ? Tensor() : it->second.clone();
   };
   if (out.g.output.defined()) {
     out.outputs = {out.g.output};
@@ -52,31 +51,14 @@ GeoGolden load_geo_golden(const std::string& name) {
     out.outputs.push_back(o);
     out.grad_outputs.push_back(get("grad_output." + std::to_string(i)));
   }
-  for (int k = 0;; ++k) {
-    const Tensor u = get("gumbel_u." + std::to_string(k));
-    if (!u.defined()) break;
-    out.gumbel.push_back(u);
-  }
   return out;
-}
-
-// Feeds PhysicsNeMo's recorded draws back: call k gets this rank's window of draw k.
-GumbelSource recorded_gumbel(const std::vector<Tensor>& draws) {
-  return [draws](const ShardTensor& z, int64_t call) {
-    REQUIRE(call < static_cast<int64_t>(draws.size()));
-    REQUIRE(draws[call].shape() == z.global_shape());
-    NoGradGuard no_grad;
-    return distribute(draws[call].to(z.dtype()), z.mesh(), z.placements(), z.spec().all_extents()).local();
-  };
 }
 
 std::unique_ptr<GeoTransolver> geo_model(const GeoGolden& gg) {
   auto m = golden_model(gg.g);
   auto* geo = dynamic_cast<GeoTransolver*>(m.release());
   REQUIRE(geo != nullptr);
-  std::unique_ptr<GeoTransolver> out(geo);
-  if (!gg.gumbel.empty()) out->gumbel_source = recorded_gumbel(gg.gumbel);
-  return out;
+  return std::unique_ptr<GeoTransolver>(geo);
 }
 
 // One rank: outputs, input grads and every parameter grad against PhysicsNeMo's.
@@ -139,9 +121,13 @@ std::map<std::string, AxisExtents> two_cloud_extents(const GeoTransolver& m, con
   std::map<std::string, AxisExtents> out;
   const auto& sp = m.config().structured_shape;
   for (const auto& [name, full] : g.inputs) {
-    if (name == "global_embedding" || name == "time") continue;
+    // Global tokens (and the draws of their tokenizer) are replicated over the domain.
+    if (name == "global_embedding" || name == "time" || name == "gumbel_u.context_builder.global_tokenizer")
+      continue;
+    const bool draws = name.rfind("gumbel_u.", 0) == 0;  // (B, N, H, S) of a site: split like its points
+    const bool on_geometry = name == "geometry" || name.rfind("gumbel_u.context_builder.", 0) == 0;
     const Shape& s = full.shape();
-    const bool spatial = s.size() > 3;
+    const bool spatial = !draws && s.size() > 3;
     const int64_t unit = sp && !spatial ? s[1] / (*sp)[0] : 1;  // a flattened grid row
     const int64_t len = sp && !spatial ? (*sp)[0] : s[1];
     AxisExtents e(mesh.ndim());
@@ -151,8 +137,7 @@ std::map<std::string, AxisExtents> two_cloud_extents(const GeoTransolver& m, con
         continue;
       }
       const int n = mesh.shape()[a];
-      Extents x = name == "geometry" ? skewed(len, n) : zero_size_streams ? split_around_zero(len, n)
-                                                                         : split_extents(len, n);
+      Extents x = on_geometry ? skewed(len, n) : zero_size_streams ? split_around_zero(len, n) : split_extents(len, n);
       for (int64_t& v : x) v *= unit;
       e[a] = x;
     }
