@@ -24,6 +24,8 @@ import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
+import geotransolver_cases  # noqa: E402
+import gumbel_noise  # noqa: E402
 import make_goldens  # noqa: E402
 import physicsnemo_models  # noqa: E402
 import spec_reference  # noqa: E402
@@ -50,11 +52,21 @@ def check_case(case, spec, folder, src):
     with safe_open(f"{base}.safetensors", "pt") as f:
         meta = f.metadata()
     t = load_file(f"{base}.safetensors")
+    geo = spec["model"] == "geotransolver"
     expected_meta = {"model", "config", "inputs", "physicsnemo_version", "torch_version", "case"}
+    if geo:
+        expected_meta |= {"gumbel_noise", "radius_search"}
     if set(meta) != expected_meta:
         fail(case, f"metadata keys {sorted(meta)}, expected {sorted(expected_meta)}")
-    if meta["case"] != case or meta["model"] != spec["model"] or meta["inputs"] != ",".join(spec["inputs"]):
+    noise_names = [k[len("input."):] for k in t if k.startswith("input.gumbel_u.")]
+    inputs = list(spec["inputs"]) + [n for n in meta["inputs"].split(",") if n.startswith("gumbel_u.")]
+    if meta["case"] != case or meta["model"] != spec["model"] or meta["inputs"] != ",".join(inputs):
         fail(case, f"metadata {meta}")
+    if sorted(noise_names) != sorted(inputs[len(spec["inputs"]):]):
+        fail(case, f"Gumbel noise tensors {sorted(noise_names)} vs metadata inputs {meta['inputs']}")
+    if geo and (meta["gumbel_noise"] != (make_goldens.GUMBEL_RECORDED if noise_names else "none")
+                or bool(noise_names) != bool(spec["config"].get("plus"))):
+        fail(case, f"gumbel_noise metadata '{meta['gumbel_noise']}' with {len(noise_names)} noise inputs")
     config = json.loads(meta["config"])
     with open(f"{base}.config.json") as f:
         if json.load(f) != config or config != spec["config"]:
@@ -64,42 +76,62 @@ def check_case(case, spec, folder, src):
 
     torch.manual_seed(0)  # any init: every state_dict entry is overwritten below
     kwargs = physicsnemo_models.constructor_kwargs(config)
-    net = (physicsnemo_models.hybrid_vit_class(src) if spec["model"] == "vit"
-           else physicsnemo_models.flare_class())(**kwargs).double().eval()
+    net = {"vit": lambda: physicsnemo_models.hybrid_vit_class(src), "flare": physicsnemo_models.flare_class,
+           "geotransolver": physicsnemo_models.geotransolver_class}[spec["model"]]()(**kwargs).double().eval()
     sd_keys = list(net.state_dict())
     param_keys = [k for k, _ in net.named_parameters()]
-    inputs = list(spec["inputs"])
-    grad_inputs = [k for k in inputs if k != "time"]
-    want = ({f"param.{k}" for k in sd_keys} | {f"input.{k}" for k in inputs} | {"output", "grad_output"}
-            | {f"grad_input.{k}" for k in grad_inputs} | {f"grad.{k}" for k in param_keys})
+    grad_inputs = [k for k in inputs if k != "time" and not k.startswith("gumbel_u.")]
+    outputs = sorted(k for k in t if k == "output" or k.startswith("output."))
+    if geo and outputs != sorted(make_goldens.output_names(config)):
+        fail(case, f"outputs {outputs} for out_dim {config['out_dim']}")
+    want = ({f"param.{k}" for k in sd_keys} | {f"input.{k}" for k in inputs} | set(outputs)
+            | {f"grad_{k}" for k in outputs} | {f"grad_input.{k}" for k in grad_inputs}
+            | {f"grad.{k}" for k in param_keys})
     if set(t) != want:
         fail(case, f"keys: missing {sorted(want - set(t))}, unexpected {sorted(set(t) - want)}")
-    for k in inputs:
-        if tuple(t[f"input.{k}"].shape) != tuple(spec["inputs"][k]):
-            fail(case, f"input.{k} has shape {tuple(t[f'input.{k}'].shape)}, expected {spec['inputs'][k]}")
+    for k in spec["inputs"]:
+        shape = spec["inputs"][k][0] if geo else spec["inputs"][k]
+        if tuple(t[f"input.{k}"].shape) != tuple(shape):
+            fail(case, f"input.{k} has shape {tuple(t[f'input.{k}'].shape)}, expected {shape}")
     if "time" in inputs and not ((t["input.time"] >= 0).all() and (t["input.time"] < 1).all()):
         fail(case, "time outside [0, 1)")
+    for k in noise_names:
+        if not ((t[f"input.{k}"] >= 0).all() and (t[f"input.{k}"] < 1).all()):
+            fail(case, f"{k} outside [0, 1)")
+    if geo:
+        n_params, n_keys = sum(p.numel() for p in net.parameters()), len(sd_keys)
+        if (n_params, n_keys) != geotransolver_cases.expected_counts(config):
+            fail(case, f"{n_params} parameters / {n_keys} keys, models-spec.md's formulas give "
+                       f"{geotransolver_cases.expected_counts(config)}")
 
     net.load_state_dict({k: t[f"param.{k}"] for k in sd_keys}, strict=True)
-    x = {k: t[f"input.{k}"].clone().requires_grad_(k != "time") for k in inputs}
-    out = net(**x)
-    same(case, "output", out.detach(), t["output"])
-    out.backward(t["grad_output"])
+    x = {k: t[f"input.{k}"].clone().requires_grad_(k in grad_inputs) for k in inputs if k in spec["inputs"]}
+    if geo:
+        noise = {k: t[f"input.{k}"] for k in noise_names}
+        with geotransolver_cases.torch_radius_search(), gumbel_noise.replaying(net, noise):
+            out = geotransolver_cases.output_tensors(net(**geotransolver_cases.forward_kwargs(x)))
+    else:
+        out = {"output": net(**x)}
+    for k in outputs:
+        same(case, k, out[k].detach(), t[k])
+    torch.autograd.backward([out[k] for k in outputs], [t[f"grad_{k}"] for k in outputs])
     for k in grad_inputs:
         same(case, f"grad_input.{k}", x[k].grad, t[f"grad_input.{k}"])
     for k, p in net.named_parameters():
         same(case, f"grad.{k}", p.grad, t[f"grad.{k}"])
 
-    # The spec's math, written independently (spec_reference.py), on the same numbers.
-    P = {k: t[f"param.{k}"].clone().requires_grad_(k in param_keys) for k in sd_keys}
-    x = {k: t[f"input.{k}"].clone().requires_grad_(k != "time") for k in inputs}
-    out = spec_reference.vit(P, x["x"], config) if spec["model"] == "vit" else spec_reference.flare(P, x, config)
-    worst = same(case, "spec output", out.detach(), t["output"], SPEC_TOL)
-    out.backward(t["grad_output"])
-    for k in grad_inputs:
-        worst = max(worst, same(case, f"spec grad_input.{k}", x[k].grad, t[f"grad_input.{k}"], SPEC_TOL))
-    for k in param_keys:
-        worst = max(worst, same(case, f"spec grad.{k}", P[k].grad, t[f"grad.{k}"], SPEC_TOL))
+    worst = None
+    if not geo:
+        # The spec's math, written independently (spec_reference.py), on the same numbers.
+        P = {k: t[f"param.{k}"].clone().requires_grad_(k in param_keys) for k in sd_keys}
+        x = {k: t[f"input.{k}"].clone().requires_grad_(k != "time") for k in inputs}
+        o = spec_reference.vit(P, x["x"], config) if spec["model"] == "vit" else spec_reference.flare(P, x, config)
+        worst = same(case, "spec output", o.detach(), t["output"], SPEC_TOL)
+        o.backward(t["grad_output"])
+        for k in grad_inputs:
+            worst = max(worst, same(case, f"spec grad_input.{k}", x[k].grad, t[f"grad_input.{k}"], SPEC_TOL))
+        for k in param_keys:
+            worst = max(worst, same(case, f"spec grad.{k}", P[k].grad, t[f"grad.{k}"], SPEC_TOL))
 
     side_inputs = load_file(f"{base}.inputs.safetensors")
     if set(side_inputs) != set(inputs):
@@ -107,9 +139,15 @@ def check_case(case, spec, folder, src):
     for k in inputs:
         same(case, f"inputs.safetensors {k}", side_inputs[k], t[f"input.{k}"], 0.0)
     side_gout = load_file(f"{base}.grad_output.safetensors")
-    if set(side_gout) != {"output"}:
+    if set(side_gout) != set(outputs):
         fail(case, f"grad_output.safetensors holds {sorted(side_gout)}")
-    same(case, "grad_output.safetensors", side_gout["output"], t["grad_output"], 0.0)
+    for k in outputs:
+        same(case, f"grad_output.safetensors {k}", side_gout[k], t[f"grad_{k}"], 0.0)
+    side_weights = load_file(f"{base}.weights.safetensors")
+    if set(side_weights) != set(sd_keys):
+        fail(case, "weights.safetensors keys differ from the state_dict's")
+    for k in sd_keys:
+        same(case, f"weights.safetensors {k}", side_weights[k], t[f"param.{k}"], 0.0)
 
     if case == "flare_irregular":
         # The archive's model.pt holds the fp64 tensors exactly; from_checkpoint rebuilds the module from
@@ -132,18 +170,23 @@ def check_case(case, spec, folder, src):
             fail(case, ".pt keys differ from state_dict order")
         for k, v in sd.items():
             same(case, f".pt {k}", v, t[f"param.{k}"], 0.0)
-    print(f"{case}: ok ({len(t)} tensors; the rebuilt module reproduces output and every grad to {TOL:g}, "
-          f"models-spec.md's math to {worst:.1e})")
+    spec_note = (f"models-spec.md's math to {worst:.1e}" if worst is not None else
+                 "no independent spec re-implementation for GeoTransolver")
+    print(f"{case}: ok ({len(t)} tensors; the rebuilt module reproduces every output and grad to {TOL:g}, "
+          f"{spec_note})")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--physicsnemo-src", required=True)
     p.add_argument("--dir", required=True)
+    p.add_argument("--cases", nargs="*", default=list(make_goldens.CASES))
     a = p.parse_args()
     torch.set_num_threads(1)
-    for case, spec in make_goldens.CASES.items():
-        check_case(case, spec, a.dir, a.physicsnemo_src)
+    for case in a.cases:
+        if case not in make_goldens.CASES:
+            raise SystemExit(f"--cases: unknown case {case}")
+        check_case(case, make_goldens.CASES[case], a.dir, a.physicsnemo_src)
 
 
 if __name__ == "__main__":

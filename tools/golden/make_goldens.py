@@ -135,6 +135,11 @@ def replace_buffer(module, name, value):
         old.copy_(value)
 
 
+def output_names(config):
+    """A GeoTransolver's outputs: `output` for one stream, `output.0`, `output.1`, ... for an out_dim list."""
+    return [f"output.{i}" for i in range(len(config["out_dim"]))] if isinstance(config["out_dim"], list) else ["output"]
+
+
 def make_inputs(inputs, gen):
     out = {}
     for name, shape in inputs.items():
