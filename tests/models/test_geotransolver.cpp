@@ -564,3 +564,35 @@ TEST_CASE("geotransolver: concrete dropout adds p_logit keys and is the identity
       {"local_embedding", st({1, 9, 3}, 1)}, {"geometry", st({1, 7, 3}, 2)}, {"global_embedding", st({1, 2, 4}, 3)}};
   CHECK_SAME_VALUES(full_tensor(concrete->forward(in)[0]), full_tensor(plain->forward(in)[0]));
 }
+
+TEST_CASE("geotransolver: one GALE_FA block's exact collectives on the domain mesh (FLARE's two passes per stream, "
+          "the per-token cross attention's dK|dV once backward; state_mixing meets per-point data, so its grad is "
+          "reduced, cross_k/v's never)", "[models][ledger]") {
+  const Mesh mesh = world_1d(std::make_shared<CommLedger>());
+  const int p = mesh.size();
+  const int64_t b = 2, n1 = 19, n2 = 14, c = 32, h = 4, s = 8, d = 8, dctx = 16, bh = b * h;
+  GaleBlock block(block_config("GALE_FA", "weighted"), dctx, Activation::gelu, DType::f64);
+  perturb(block, 41);
+  ShardedCase sc = sharded_case("gale_fa block", {rnd({b, n1, c}, 6), rnd({b, n2, c}, 7), rnd({b, h, s, dctx}, 8)},
+                                {on_line(S(1)), on_line(S(1)), on_line(R)});
+  sc.params = block.parameters();
+  const ShardedFn fn = [&](const std::vector<ShardTensor>& in, const std::vector<Tensor>& w) {
+    block.bind_parameters(w);
+    GumbelState noise;
+    return block.forward({in[0], in[1]}, in[2], noise);
+  };
+  const int64_t linears = (c * h * d + h * d) + 3 * (d * d + d) + (h * d * c + c) + 2 * (c * c + c);
+  const std::vector<ExpectedComm> want = {
+      // Per stream: pass 1's LSE max and merged [out | sum]; pass 2 and the cross attention are local forward.
+      {"scaled_dot_product_attention.forward", "all_reduce", "domain", 2 * 2,
+       2 * (all_reduce_bytes(bh * s, 8, p) + all_reduce_bytes(bh * s * (d + 1), 8, p))},
+      // Per stream: pass 2's dG|dZ, the cross attention's dK|dV, pass 1's dq.
+      {"scaled_dot_product_attention.backward", "all_reduce", "domain", 2 * 3,
+       2 * all_reduce_bytes((2 + 2 + 1) * bh * s * d, 8, p)},
+      // Per stream: in_project_x, self_k, self_v, cross_q, out_linear, the Mlp's two.
+      {"linear.backward", "all_reduce", "domain", 2 * 7, all_reduce_bytes(2 * linears, 8, p)},
+      {"layer_norm.backward", "all_reduce", "domain", 2 * 2, all_reduce_bytes(2 * 2 * 2 * c, 8, p)},
+      // σ(state_mixing) times the per-token SA and CA.
+      {"mul.backward", "all_reduce", "domain", 2 * 2, all_reduce_bytes(2 * 2, 8, p)}};
+  check_patch(mesh, fn, sc, want);
+}
