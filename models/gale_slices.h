@@ -29,7 +29,7 @@ namespace shardrt::models {
 
 // The uniform draws u of one plus-mode softmax: given the logits z (B, N, H, S) of call number `call` (counted per
 // model forward, in PhysicsNeMo's order: the context projectors, then each block's streams), returns this rank's
-// u, shaped like z.local(). Default (no source): PhiloxGumbel.
+// u, shaped like z.local(). Default (no source): philox_gumbel.
 using GumbelSource = std::function<Tensor(const ShardTensor& logits, int64_t call)>;
 
 // u from ShardRT's counter-based generator, keyed by (seed, call, global element index): the same draws on every
