@@ -2,6 +2,7 @@
 #include <utility>
 
 #include "models/flare.h"
+#include "models/geotransolver.h"
 #include "models/model.h"
 #include "models/vit.h"
 #include "runtime/errors.h"
@@ -15,6 +16,7 @@ const std::vector<std::pair<std::string, ModelBuilder>>& registry() {
   static const std::vector<std::pair<std::string, ModelBuilder>> table = {
       {"vit", build_vit},
       {"flare", build_flare},
+      {"geotransolver", build_geotransolver},
   };
   return table;
 }

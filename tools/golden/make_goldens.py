@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference data for ShardRT's C++ models: PhysicsNeMo's own ViT and FLARE modules, in fp64, with every
+"""Reference data for ShardRT's C++ models: PhysicsNeMo's own ViT, FLARE and GeoTransolver modules, in fp64, with every
 parameter perturbed, run forward and backward on fixed random inputs with a random grad_output.
 
     tools/golden/make_goldens.py --physicsnemo-src DIR --out tests/data/golden
@@ -9,6 +9,7 @@ DIR is a checkout of NVIDIA/physicsnemo (the ViT lives only in its examples; too
 that venv). tests/data/golden/README.md says what every file holds. CI never runs this script: its small outputs
 are committed, and the C++ model tests compare against them."""
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -22,6 +23,8 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
+import geotransolver_cases  # noqa: E402
+import gumbel_noise  # noqa: E402
 import physicsnemo_models  # noqa: E402
 from perturb import perturb_parameters  # noqa: E402
 
@@ -49,7 +52,12 @@ CASES = {
     "flare_time": dict(model="flare", seed=204, inputs={"fx": (2, 21, 1), "embedding": (2, 21, 3), "time": (2,)},
                        config=dict(functional_dim=1, out_dim=1, embedding_dim=3, n_layers=2, n_hidden=16, n_head=2,
                                    mlp_ratio=1, slice_num=4, time_input=True, act="silu")),
+    **geotransolver_cases.CASES,  # inputs there are name -> (shape, how drawn); see geotransolver_cases.py
 }
+
+# What a GeoTransolver golden's metadata says about its two sources of ambiguity (geotransolver_cases.py).
+GUMBEL_RECORDED = "recorded: every u = torch.rand_like(logits) is the extra input gumbel_u.<site>"
+RADIUS_SEARCH = "physicsnemo torch backend: the K nearest within r, ascending distance, fp64"
 
 # Where models-spec.md states a number outright (§3.3), it is checked as stated, on top of the formulas below.
 SPEC_STATED = {"flare_irregular": dict(params=12290, keys=42)}
@@ -93,6 +101,8 @@ def build(model, config):
     kwargs = physicsnemo_models.constructor_kwargs(config)
     if model == "vit":
         return physicsnemo_models.hybrid_vit_class(ARGS.physicsnemo_src)(**kwargs)
+    if model == "geotransolver":
+        return physicsnemo_models.geotransolver_class()(**kwargs)
     return physicsnemo_models.flare_class()(**kwargs)
 
 
@@ -125,6 +135,11 @@ def replace_buffer(module, name, value):
         old.copy_(value)
 
 
+def output_names(config):
+    """A GeoTransolver's outputs: `output` for one stream, `output.0`, `output.1`, ... for an out_dim list."""
+    return [f"output.{i}" for i in range(len(config["out_dim"]))] if isinstance(config["out_dim"], list) else ["output"]
+
+
 def make_inputs(inputs, gen):
     out = {}
     for name, shape in inputs.items():
@@ -138,7 +153,8 @@ def make_inputs(inputs, gen):
 def check_counts(case, spec, net):
     sd = net.state_dict()
     n_params = sum(p.numel() for p in net.parameters())
-    expected = (vit_expected_counts if spec["model"] == "vit" else flare_expected_counts)(spec["config"])
+    expected = {"vit": vit_expected_counts, "flare": flare_expected_counts,
+                "geotransolver": geotransolver_cases.expected_counts}[spec["model"]](spec["config"])
     stated = SPEC_STATED.get(case)
     if stated and (stated["params"], stated["keys"]) != expected:
         raise SystemExit(f"{case}: the spec's formulas give {expected}, the spec states {stated}")
@@ -165,16 +181,29 @@ def make_case(case, spec, out_dir):
     buffers_in_fp64(net, spec["config"])
     n_params, n_keys = check_counts(case, spec, net)
 
-    inputs = make_inputs(spec["inputs"], gen)
-    output = net(**inputs)
-    grad_output = torch.randn(output.shape, dtype=torch.float64, generator=gen)
-    output.backward(grad_output)
+    geo = spec["model"] == "geotransolver"
+    inputs = geotransolver_cases.make_inputs(spec["inputs"], gen) if geo else make_inputs(spec["inputs"], gen)
+    bq_note = geotransolver_cases.ball_query_margins(case, spec["config"], inputs) if geo else ""
+    noise = {}
+    with contextlib.ExitStack() as stack:
+        if geo:
+            stack.enter_context(geotransolver_cases.torch_radius_search())
+            stack.enter_context(gumbel_noise.recording(net, noise))
+            outputs = geotransolver_cases.output_tensors(net(**geotransolver_cases.forward_kwargs(inputs)))
+        else:
+            outputs = {"output": net(**inputs)}
+    if bool(noise) != bool(spec["config"].get("plus")):
+        raise SystemExit(f"{case}: {len(noise)} Gumbel noise draws recorded, plus={spec['config'].get('plus')}")
+    grad_outputs = {k: torch.randn(v.shape, dtype=torch.float64, generator=gen) for k, v in outputs.items()}
+    torch.autograd.backward(list(outputs.values()), list(grad_outputs.values()))
 
     params = dict(net.named_parameters())
     tensors = {f"param.{k}": contiguous(v) for k, v in net.state_dict().items()}
     tensors.update({f"input.{k}": contiguous(v) for k, v in inputs.items()})
-    tensors["output"] = contiguous(output)
-    tensors["grad_output"] = contiguous(grad_output)
+    tensors.update({f"input.{k}": contiguous(v) for k, v in noise.items()})  # extra inputs; no grad
+    for k, v in outputs.items():
+        tensors[k] = contiguous(v)
+        tensors[f"grad_{k}"] = contiguous(grad_outputs[k])
     for k, v in inputs.items():
         if v.requires_grad:
             check_grad(case, f"input {k}", v.grad)
@@ -189,18 +218,21 @@ def make_case(case, spec, out_dir):
     metadata = {
         "model": spec["model"],
         "config": config_json,
-        "inputs": ",".join(spec["inputs"]),
+        "inputs": ",".join(list(spec["inputs"]) + list(noise)),
         "physicsnemo_version": PHYSICSNEMO_VERSION,
         "torch_version": torch.__version__,
         "case": case,
     }
+    if geo:
+        metadata["gumbel_noise"] = GUMBEL_RECORDED if noise else "none"
+        metadata["radius_search"] = RADIUS_SEARCH if spec["config"].get("include_local_features") else "none"
     base = os.path.join(out_dir, case)
     save_file(tensors, f"{base}.safetensors", metadata=metadata)
     with open(f"{base}.config.json", "w") as f:
         json.dump(spec["config"], f, indent=2)
         f.write("\n")
-    save_file({k: contiguous(v) for k, v in inputs.items()}, f"{base}.inputs.safetensors")
-    save_file({"output": contiguous(grad_output)}, f"{base}.grad_output.safetensors")
+    save_file({k: contiguous(v) for k, v in {**inputs, **noise}.items()}, f"{base}.inputs.safetensors")
+    save_file({k: contiguous(v) for k, v in grad_outputs.items()}, f"{base}.grad_output.safetensors")
     # The state dict alone, keyed by PhysicsNeMo's names: what `shardrt-infer --weights` reads in the README example.
     save_file({k[len("param."):]: v for k, v in tensors.items() if k.startswith("param.")},
               f"{base}.weights.safetensors")
@@ -209,8 +241,9 @@ def make_case(case, spec, out_dir):
         net.save(f"{base}.mdlus")  # PhysicsNeMo's own checkpoint writer: zip of model.pt + args.json
     if case == "vit2d":
         torch.save(net.state_dict(), f"{base}.pt")
-    print(f"{case}: {n_params} parameters, {n_keys} state_dict keys, output {tuple(output.shape)}, "
-          f"|output| {output.detach().norm().item():.6g}, {len(tensors)} tensors")
+    shapes = ", ".join(f"{k} {tuple(v.shape)} |{v.detach().norm().item():.6g}|" for k, v in outputs.items())
+    print(f"{case}: {n_params} parameters, {n_keys} state_dict keys, {shapes}, {len(tensors)} tensors"
+          + (f", {len(noise)} Gumbel noise inputs" if noise else "") + (f"\n  ball query: {bq_note}" if bq_note else ""))
 
 
 def main():
@@ -223,6 +256,7 @@ def main():
     import physicsnemo
     PHYSICSNEMO_VERSION = physicsnemo.__version__
     physicsnemo_models.vit_model_dir(ARGS.physicsnemo_src)  # fail early, with the fix, on a wrong folder
+    geotransolver_cases.check_spec_stated()
     torch.set_num_threads(1)  # the same reduction order on every machine
     os.makedirs(ARGS.out, exist_ok=True)
     for case in ARGS.cases:

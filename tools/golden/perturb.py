@@ -7,7 +7,12 @@ noise:
   Linear / Conv weight  w <- w + randn / sqrt(fan_in)   (unit gain: activations and attention logits of order 1)
   LayerNorm weight      w <- w + 0.2 randn              (about 1 +- 0.2)
   LayerNorm bias        b <- b + 0.1 randn
+  slice temperature     tau_h <- tau_h +- 0.2 |randn|   (Transolver family, [1, 1, H, 1]: raised on even heads,
+                                                        lowered on odd ones)
   everything else       p <- p + 0.1 randn              (biases, pos_embed, FLARE's q_global)
+The temperature starts at 0.5, the lower bound of its clamp to [0.5, 5]: symmetric noise would leave all heads of a
+module below the bound (a zero grad) often enough, and all above it just as often (the clamp's mask untested). Odd
+heads below and even heads above exercise both sides in every module. (Plus mode clamps only at 0.01.)
 Buffers (FLARE's unified-position grid and time frequencies) are functions of the config and stay as they are."""
 import math
 
@@ -16,6 +21,7 @@ import torch
 LAYER_NORM_WEIGHT_SIGMA = 0.2
 LAYER_NORM_BIAS_SIGMA = 0.1
 OTHER_SIGMA = 0.1
+TEMPERATURE_SIGMA = 0.2
 
 
 def sigmas(net):
@@ -39,6 +45,12 @@ def perturb_parameters(net, gen):
         for name, p in net.named_parameters():
             before = p.detach().clone()
             noise = torch.randn(p.shape, dtype=torch.float64, generator=gen)
-            p.add_((sigma.get(id(p), OTHER_SIGMA) * noise).to(p.dtype))
+            if name.split(".")[-1] == "temperature":
+                sign = torch.ones(p.shape[2], dtype=torch.float64)
+                sign[1::2] = -1.0
+                delta = TEMPERATURE_SIGMA * noise.abs() * sign.view(1, 1, -1, 1)
+            else:
+                delta = sigma.get(id(p), OTHER_SIGMA) * noise
+            p.add_(delta.to(p.dtype))
             if (p == before).any():
                 raise SystemExit(f"perturb_parameters: {name} kept an element at its initial value")

@@ -1,5 +1,6 @@
-"""Where the reference modules come from: FLARE from the installed nvidia-physicsnemo package, HybridViT from
-PhysicsNeMo's ShardTensor example (not part of the package), imported from a checkout of NVIDIA/physicsnemo.
+"""Where the reference modules come from: FLARE and GeoTransolver from the installed nvidia-physicsnemo package,
+HybridViT from PhysicsNeMo's ShardTensor example (not part of the package), imported from a checkout of
+NVIDIA/physicsnemo.
 
 The example's `model/__init__.py` imports its other models (ConvNet, NattenNet, the latter needing `natten`), so
 the package is registered here without running that `__init__`: an empty package object whose __path__ is the
@@ -49,3 +50,8 @@ def constructor_kwargs(config):
 def flare_class():
     from physicsnemo.models.flare import FLARE
     return FLARE
+
+
+def geotransolver_class():
+    from physicsnemo.models.geotransolver import GeoTransolver
+    return GeoTransolver
