@@ -26,6 +26,17 @@ DarcyMode parse_darcy_mode(const std::string& name) {
                    "and exact (finite volumes + conjugate gradient)");
 }
 
+const char* amplitude_draw_name(AmplitudeDraw draw) {
+  return draw == AmplitudeDraw::darcy2d ? "darcy2d" : "independent";
+}
+
+AmplitudeDraw parse_amplitude_draw(const std::string& name) {
+  if (name == "independent") return AmplitudeDraw::independent;
+  if (name == "darcy2d") return AmplitudeDraw::darcy2d;
+  throw ValueError("darcy: unknown amplitude draw '" + name + "'; the draws are independent (4 F^2 values per "
+                   "sample) and darcy2d (Darcy2D's: one value per basis, shared by every frequency)");
+}
+
 void DarcyConfig::validate() const {
   SHARDRT_CHECK(resolution >= 2, ValueError, "darcy: resolution must be at least 2, got ", resolution);
   SHARDRT_CHECK(nr_freq >= 1, ValueError, "darcy: nr_freq must be at least 1, got ", nr_freq);
@@ -55,7 +66,8 @@ void DarcyConfig::validate() const {
 
 nlohmann::json DarcyConfig::to_json() const {
   nlohmann::json j = {{"mode", darcy_mode_name(mode)}, {"resolution", resolution}, {"seed", seed},
-                      {"nr_freq", nr_freq}, {"min_permeability", min_permeability},
+                      {"nr_freq", nr_freq}, {"amplitude_draw", amplitude_draw_name(amplitude_draw)},
+                      {"min_permeability", min_permeability},
                       {"max_permeability", max_permeability}};
   if (mode == DarcyMode::physicsnemo) {
     j["max_iterations"] = max_iterations;
@@ -72,9 +84,12 @@ nlohmann::json DarcyConfig::to_json() const {
 std::vector<float> darcy_fourier_amplitudes(const DarcyConfig& config, uint64_t index) {
   const size_t count = static_cast<size_t>(4 * config.nr_freq * config.nr_freq);
   std::vector<float> a(count);
-  // Stream position = the sample index, element = the amplitude: any sample can be drawn alone.
+  // Stream position = the sample index, element = the amplitude: any sample can be drawn alone. Darcy2D's draw
+  // takes one value per basis and repeats it over the basis' F x F block.
+  const size_t block = static_cast<size_t>(config.nr_freq * config.nr_freq);
   for (size_t e = 0; e < count; ++e) {
-    const philox::U32x4 w = philox::element_bits(config.seed, index, e);
+    const uint64_t element = config.amplitude_draw == AmplitudeDraw::darcy2d ? e / block : e;
+    const philox::U32x4 w = philox::element_bits(config.seed, index, element);
     a[e] = -1.0f + 2.0f * philox::uniform_f32(w.v[0]);
   }
   return a;

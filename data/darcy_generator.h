@@ -20,8 +20,15 @@
 namespace shardrt::data {
 
 enum class DarcyMode { physicsnemo, exact };
+// How the Fourier amplitudes are drawn. independent: 4 * F * F values per sample. darcy2d: what Darcy2D's draw
+// does in fact (its init kernel seeds every thread of the 4-D launch with wp.tid() used as one integer, which is
+// the first index only): one value per basis (ss, cs, sc, cc), shared by every frequency pair, so its fields form
+// a 4-parameter family (and every sample of one of its batches is the same field).
+enum class AmplitudeDraw { independent, darcy2d };
 const char* darcy_mode_name(DarcyMode mode);    // "physicsnemo", "exact"
 DarcyMode parse_darcy_mode(const std::string& name);  // ValueError listing both
+const char* amplitude_draw_name(AmplitudeDraw draw);  // "independent", "darcy2d"
+AmplitudeDraw parse_amplitude_draw(const std::string& name);
 
 struct DarcyConfig {
   DarcyMode mode = DarcyMode::exact;
@@ -30,6 +37,7 @@ struct DarcyConfig {
   // The permeability (PhysicsNeMo's defaults): a random Fourier series of nr_freq^2 terms per basis, thresholded
   // at 0 to the two values.
   int nr_freq = 5;
+  AmplitudeDraw amplitude_draw = AmplitudeDraw::independent;
   float min_permeability = 0.5f;
   float max_permeability = 2.0f;
   // physicsnemo mode: Darcy2D's solver settings (its defaults). R must be a multiple of 2^(nr_multigrids-1).
@@ -55,7 +63,8 @@ struct DarcySample {
   double solver_residual = 0;       // physicsnemo: the last inf-norm sweep change; exact: the relative residual
 };
 
-// The amplitudes of sample `index`: U(-1, 1), 4 x nr_freq x nr_freq.
+// The amplitudes of sample `index`: U(-1, 1), 4 x nr_freq x nr_freq (with AmplitudeDraw::darcy2d four draws, each
+// repeated over its F x F block).
 std::vector<float> darcy_fourier_amplitudes(const DarcyConfig& config, uint64_t index);
 // The thresholded permeability on the (R+1) x (R+1) grid of Darcy2D, row-major (the R x R crop is the sample's).
 // Computed in f32 as Darcy2D's kernel does (its 6.28318 / R spacing included).

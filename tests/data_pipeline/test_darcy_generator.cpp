@@ -110,6 +110,24 @@ TEST_CASE("Darcy generator: permeability takes the two values, amplitudes lie in
   CHECK(high > 8 * 33 * 33 / 5);
 }
 
+TEST_CASE("Darcy generator: Darcy2D's amplitude draw repeats one value per basis", "[data][generator]") {
+  DarcyConfig c = physicsnemo_config(16);
+  c.amplitude_draw = AmplitudeDraw::darcy2d;
+  const std::vector<float> shared = darcy_fourier_amplitudes(c, 5);
+  REQUIRE(shared.size() == 100);
+  for (int q = 0; q < 4; ++q)
+    for (int e = 0; e < 25; ++e) CHECK(shared[static_cast<size_t>(q * 25 + e)] == shared[static_cast<size_t>(q * 25)]);
+  CHECK(shared[0] != shared[25]);
+  // The independent draw takes stream element e for amplitude e, Darcy2D's takes element q for all of block q:
+  // they agree at amplitude 0 only.
+  c.amplitude_draw = AmplitudeDraw::independent;
+  const std::vector<float> independent = darcy_fourier_amplitudes(c, 5);
+  CHECK(independent[1] != independent[0]);
+  CHECK(independent[0] == shared[0]);  // element 0 is element 0 in both
+  CHECK(parse_amplitude_draw("darcy2d") == AmplitudeDraw::darcy2d);
+  CHECK_THROWS_WITH(parse_amplitude_draw("shared"), Catch::Contains("independent") && Catch::Contains("darcy2d"));
+}
+
 TEST_CASE("Darcy generator (physicsnemo): the output is the fixed point of Darcy2D's stencil", "[data][generator]") {
   const DarcyConfig c = physicsnemo_config(16);
   const int64_t n = 17;
