@@ -1,5 +1,6 @@
 #include "models/context_projector.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/tape.h"
@@ -45,7 +46,8 @@ PendingSlices ContextProjector::pending(const ShardTensor& x, GumbelState& noise
   const ShardTensor xm = reshape(in_project_x.forward(x), {s[0], s[1], heads, dim_head});
   const ShardTensor fm = plus ? xm : reshape(in_project_fx->forward(x), {s[0], s[1], heads, dim_head});
   const ShardTensor z = in_project_slice.forward(xm);
-  const ShardTensor w = plus ? slice_weights_plus(z, fm, temperature, *proj_temperature0, *proj_temperature2, noise)
+  const ShardTensor w = plus ? slice_weights_plus(z, fm, temperature, *proj_temperature0, *proj_temperature2, noise,
+                                                  noise_site)
                              : slice_weights(z, temperature);
   // output_dropout (eval: identity) applies to the resolved tokens; nothing to do here.
   return slice_sums(w, fm);
@@ -61,13 +63,26 @@ namespace {
 // One sample's cloud (n, 3) of a (B, n, 3) tensor, as a 2-D ShardTensor whose points keep their domain split.
 // The batch axes are stated Replicate: each rank holds its own sample there, and nothing below communicates over
 // them (the search rings over the domain axis only, and the gather's grads stay on the ranks that own the points).
+// A rank holding fewer samples than others (the batch split over ddp, unevenly or with zero-size shards) searches
+// a stand-in cloud of zeros for the missing ones, so that every rank issues the same ops; the results are dropped.
 ShardTensor sample_cloud(const ShardTensor& x, int64_t b) {
   const int n = x.mesh().ndim();
   Placements p(n, Placement::Replicate());
   AxisExtents e(n);
   for (int m = 0; m < n; ++m)
     if (x.spec().placement(m).is_shard(1)) p[m] = Placement::Shard(0), e[m] = x.spec().extents(m);
-  return from_local(contiguous(select(x.local(), 0, b)), x.mesh(), p, e);
+  const Tensor cloud = b < x.local().size(0) ? contiguous(select(x.local(), 0, b))
+                                             : zeros({x.local().size(1), x.local().size(2)}, {x.dtype(), x.device()});
+  return from_local(cloud, x.mesh(), p, e);
+}
+
+// The most samples any rank holds locally (the largest batch extent), from the spec alone.
+int64_t most_local_samples(const ShardTensor& x) {
+  int64_t most = x.local().size(0);
+  for (int m = 0; m < x.mesh().ndim(); ++m)
+    if (x.spec().placement(m).is_shard(0))
+      for (int64_t e : x.spec().extents(m)) most = std::max(most, e);
+  return most;
 }
 
 }  // namespace
@@ -82,12 +97,13 @@ ShardTensor GeometricFeatureProcessor::forward(const ShardTensor& points, const 
                 " must split the batch alike");
   const int64_t batch = queries.local().size(0), nq = queries.local().size(1);
   std::vector<Tensor> per_sample;
-  for (int64_t b = 0; b < batch; ++b) {
+  const int64_t rounds = std::max(most_local_samples(points), most_local_samples(queries));
+  for (int64_t b = 0; b < rounds; ++b) {
     const ShardTensor pts = sample_cloud(points, b), qry = sample_cloud(queries, b);
     const Neighbors nb = radius_search(pts, qry, radius, neighbors);
     // Raw absolute xyz of each neighbour, zeros where a query has fewer than K (index -1): (nq, K, 3).
     const ShardTensor xyz = gather_neighbor_features(pts, nb.index);
-    per_sample.push_back(unsqueeze(reshape(xyz.local(), {nq, neighbors * 3}), 0));
+    if (b < batch) per_sample.push_back(unsqueeze(reshape(xyz.local(), {nq, neighbors * 3}), 0));
   }
   Tensor flat = batch == 1 ? per_sample[0]
                 : batch == 0 ? zeros({0, nq, neighbors * 3}, {queries.dtype(), queries.device()})
@@ -109,6 +125,7 @@ MultiScaleFeatureExtractor::MultiScaleFeatureExtractor(const std::vector<double>
     tokenizers.push_back(std::make_unique<ContextProjector>(hidden, heads, dim_head, slice_num, plus, concrete,
                                                             dropout, std::nullopt, dtype));
     register_module("tokenizers." + std::to_string(j), tokenizers.back().get());
+    tokenizers.back()->noise_site = "tokenizers." + std::to_string(j);  // the builder prefixes its path
   }
 }
 
@@ -120,6 +137,8 @@ GlobalContextBuilder::GlobalContextBuilder(const ContextConfig& c, DType dtype) 
           c.radii, c.neighbors_in_radius, c.n_hidden_local, c.n_head, dc, c.slice_num, c.plus, c.concrete_dropout,
           c.dropout, dtype));
       register_module("local_extractors." + std::to_string(i), local_extractors.back().get());
+      for (auto& t : local_extractors.back()->tokenizers)
+        t->noise_site = "context_builder.local_extractors." + std::to_string(i) + "." + t->noise_site;
     }
     context_dim_ += dc * static_cast<int64_t>(c.radii.size()) * c.n_streams;
   }
@@ -127,12 +146,14 @@ GlobalContextBuilder::GlobalContextBuilder(const ContextConfig& c, DType dtype) 
     geometry_tokenizer = std::make_unique<ContextProjector>(*c.geometry_dim, c.n_head, dc, c.slice_num, c.plus,
                                                             c.concrete_dropout, c.dropout, c.structured_shape, dtype);
     register_module("geometry_tokenizer", geometry_tokenizer.get());
+    geometry_tokenizer->noise_site = "context_builder.geometry_tokenizer";
     context_dim_ += dc;
   }
   if (c.global_dim) {
     global_tokenizer = std::make_unique<ContextProjector>(*c.global_dim, c.n_head, dc, c.slice_num, c.plus,
                                                           c.concrete_dropout, c.dropout, std::nullopt, dtype);
     register_module("global_tokenizer", global_tokenizer.get());
+    global_tokenizer->noise_site = "context_builder.global_tokenizer";
     context_dim_ += dc;
   }
 }

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "models/gale_layers.h"
@@ -37,6 +38,7 @@ class ContextProjector : public Module {
 
   int64_t heads, dim_head;
   bool plus;
+  std::string noise_site;  // its module path ("context_builder.geometry_tokenizer"): plus mode's draws
   Tensor temperature;  // (1, 1, H, 1), 0.5
   TokenProjection in_project_x;
   std::unique_ptr<TokenProjection> in_project_fx;  // absent with plus

@@ -93,7 +93,8 @@ std::vector<ShardTensor> Gale::forward(const std::vector<ShardTensor>& xs, const
     const ShardTensor fm = opt.plus ? xm : reshape(in_project_fx->forward(a), {s[0], s[1], h, d});
     const ShardTensor z = in_project_slice.forward(xm);  // (B, N, H, S), one Linear shared by the heads
     const ShardTensor w = opt.plus
-                              ? slice_weights_plus(z, fm, temperature, *proj_temperature0, *proj_temperature2, noise)
+                              ? slice_weights_plus(z, fm, temperature, *proj_temperature0, *proj_temperature2, noise,
+                                                 noise_site + "." + std::to_string(pending.size()))
                               : slice_weights(z, temperature);
     pending.push_back(slice_sums(w, fm));
   }

@@ -48,6 +48,8 @@ class GaleAttention : public Module {
   virtual std::vector<ShardTensor> forward(const std::vector<ShardTensor>& xs, const ShardTensor& context,
                                            GumbelState& noise) const = 0;
   virtual void init_torch_default(Generator& gen) = 0;
+
+  std::string noise_site;  // its module path ("blocks.0.Attn"); plus mode's draws are "<path>.<stream>"
 };
 
 // Keys in PhysicsNeMo's order: temperature, state_mixing (weighted), proj_temperature.{0,2} (plus),

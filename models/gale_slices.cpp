@@ -29,12 +29,29 @@ ShardTensor slice_weights(const ShardTensor& z, const Tensor& temperature) {
 }
 
 ShardTensor slice_weights_plus(const ShardTensor& z, const ShardTensor& f, const Tensor& temperature,
-                               const Linear& proj0, const Linear& proj2, GumbelState& noise) {
+                               const Linear& proj0, const Linear& proj2, GumbelState& noise,
+                               const std::string& site) {
   // τ' (B, N, H, 1) = clamp(τ + GELU(Linear(GELU(Linear(F)))), min 0.01): per point, so local.
   const ShardTensor tp = gelu(proj2.forward(gelu(proj0.forward(f))));
   const ShardTensor tau = clamp(add(tp, temperature), 0.01, std::numeric_limits<double>::infinity());
   if (!noise.source) noise.source = philox_gumbel(0);
-  Tensor u = noise.source(z, noise.call++);
+  Tensor u;
+  const ShardTensor* given = nullptr;
+  if (noise.given) {
+    auto it = noise.given->find("gumbel_u." + site);
+    if (it != noise.given->end()) given = &it->second;
+  }
+  if (given) {
+    const ShardTensor& g = *given;
+    SHARDRT_CHECK(g.global_shape() == z.global_shape(), ShapeError, "GALE plus: input 'gumbel_u.", site, "' is ",
+                  shape_str(g.global_shape()), "; the logits of that site are ", shape_str(z.global_shape()),
+                  " (B, N, H, S)");
+    // Laid out like the logits (a caller may have split it otherwise: then one redistribution, no grad).
+    u = (g.spec() == z.spec() ? g : redistribute(g, z.spec())).local();
+    ++noise.call;
+  } else {
+    u = noise.source(z, noise.call++);
+  }
   SHARDRT_CHECK(u.shape() == z.local().shape(), ShapeError, "GALE plus: the Gumbel source returned ",
                 shape_str(u.shape()), " for logits ", z.str(), "; it must return this rank's window of the logits");
   Tensor g;

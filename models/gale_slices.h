@@ -18,6 +18,8 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -34,18 +36,22 @@ using GumbelSource = std::function<Tensor(const ShardTensor& logits, int64_t cal
 // mesh and every decomposition, so sharded plus-mode runs match the serial run bit for bit in their noise.
 GumbelSource philox_gumbel(uint64_t seed);
 
-// The noise state of one forward: the source and the running call counter.
+// The noise state of one forward: draws given per site (the model's optional inputs `gumbel_u.<site>`, e.g.
+// PhysicsNeMo's own recorded draws), else the source, with the running call counter.
 struct GumbelState {
   GumbelSource source;
   int64_t call = 0;
+  const std::map<std::string, ShardTensor>* given = nullptr;  // site -> u (global shape of the site's logits)
 };
 
 // Slice weights in standard mode, w (B, N, H, S), placed like z.
 ShardTensor slice_weights(const ShardTensor& z, const Tensor& temperature);
 // Plus mode: f (B, N, H, D) feeds the per-point temperature through proj_temperature (Linear D->S, GELU,
-// Linear S->1, GELU).
+// Linear S->1, GELU). `site` names the call's draws among noise.given (PhysicsNeMo's module path, with the stream
+// index for a GALE block: "context_builder.geometry_tokenizer", "blocks.0.Attn.1").
 ShardTensor slice_weights_plus(const ShardTensor& z, const ShardTensor& f, const Tensor& temperature,
-                               const Linear& proj0, const Linear& proj2, GumbelState& noise);
+                               const Linear& proj0, const Linear& proj2, GumbelState& noise,
+                               const std::string& site);
 
 // One pending slice reduction: this rank's [Σ_n w F | Σ_n w] (B_local, H, S, D + 1) and the layout of w it came from.
 struct PendingSlices {

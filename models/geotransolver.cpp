@@ -220,6 +220,7 @@ GeoTransolver::GeoTransolver(GeoTransolverConfig config, const ModelOptions& opt
   for (int64_t l = 0; l < c.n_layers; ++l) {
     blocks.push_back(std::make_unique<GaleBlock>(c, context_builder.context_dim(), act_, dtype));
     register_module("blocks." + std::to_string(l), blocks.back().get());
+    blocks.back()->Attn->noise_site = "blocks." + std::to_string(l) + ".Attn";
   }
   const int64_t ce = c.effective_hidden();
   for (size_t i = 0; i < c.out_dim.size(); ++i) {
@@ -264,7 +265,24 @@ std::vector<ModelInput> GeoTransolver::inputs() const {
   }
   if (c.global_dim) in.push_back({"global_embedding", "(B, N_g, " + std::to_string(*c.global_dim) + ")", true});
   in.push_back({"time", "(B,) (rejected: PhysicsNeMo's forward raises NotImplementedError)", false, false});
+  for (const std::string& site : gumbel_sites())
+    in.push_back({"gumbel_u." + site, "(B, M, H, S) in [0, 1): plus mode's uniform draws at " + site +
+                                          " (default: ShardRT's generator)", false, false});
   return in;
+}
+
+std::vector<std::string> GeoTransolver::gumbel_sites() const {
+  const GeoTransolverConfig& c = config_;
+  std::vector<std::string> sites;
+  if (!c.plus) return sites;
+  for (const auto& e : context_builder.local_extractors)
+    for (const auto& t : e->tokenizers) sites.push_back(t->noise_site);
+  if (context_builder.geometry_tokenizer) sites.push_back(context_builder.geometry_tokenizer->noise_site);
+  if (context_builder.global_tokenizer) sites.push_back(context_builder.global_tokenizer->noise_site);
+  if (c.attention_type == "GALE")
+    for (const auto& b : blocks)
+      for (size_t i = 0; i < c.functional_dim.size(); ++i) sites.push_back(b->Attn->noise_site + "." + std::to_string(i));
+  return sites;
 }
 
 Placements GeoTransolver::input_placements(const std::string& name, const Shape& global_shape,
@@ -272,14 +290,18 @@ Placements GeoTransolver::input_placements(const std::string& name, const Shape&
   bool known = false;
   for (const ModelInput& in : inputs()) known |= in.name == name;
   SHARDRT_CHECK(known, ValueError, kModel, ": unknown input '", name, "'");
-  const bool per_point = name != "global_embedding" && name != "time" && global_shape.size() >= 3;
+  // The draws of the global tokenizer follow the global tokens; every other site's follow its points.
+  const bool per_point = name != "global_embedding" && name != "time" &&
+                         name != "gumbel_u.context_builder.global_tokenizer" && global_shape.size() >= 3;
   return samples_and_domain(mesh, per_point ? 1 : -1);
 }
 
 AxisExtents GeoTransolver::input_extents(const std::string& name, const Shape& global_shape, const Mesh& mesh) const {
   // A flattened structured input (B, Hs*Ws(*Ds), C) is split in whole grid rows, so that the conv projections see
   // whole rows; spatial inputs split their rows by the default rule already.
-  if (!config_.structured_shape || global_shape.size() != 3 || name == "global_embedding") return {};
+  if (!config_.structured_shape || global_shape.size() != 3 || name == "global_embedding" ||
+      name.rfind("gumbel_u.", 0) == 0)
+    return {};
   const std::vector<int64_t>& sp = *config_.structured_shape;
   const int64_t row = product(sp) / sp[0];
   if (global_shape[1] != product(sp)) return {};
@@ -360,7 +382,10 @@ std::vector<ShardTensor> GeoTransolver::forward(const std::map<std::string, Shar
   const ShardTensor geometry = c.geometry_dim ? as_tokens(inputs.at("geometry")) : ShardTensor();
   const ShardTensor global = c.global_dim ? inputs.at("global_embedding") : ShardTensor();
 
-  GumbelState noise{gumbel_source ? gumbel_source : philox_gumbel(seed_), 0};
+  std::map<std::string, ShardTensor> draws;
+  for (const auto& [name, t] : inputs)
+    if (name.rfind("gumbel_u.", 0) == 0) draws[name] = t;
+  GumbelState noise{gumbel_source ? gumbel_source : philox_gumbel(seed_), 0, &draws};
   const BuiltContext ctx = context_builder.build(pos, geometry, global, noise);
   std::vector<ShardTensor> x;
   for (size_t i = 0; i < streams; ++i) {

@@ -8,7 +8,8 @@
 //
 // Inputs (PhysicsNeMo's forward argument names): `local_embedding` (B, N, f) — or `local_embedding.{i}` per stream
 // when functional_dim is a list —, `local_positions` (.{i}) (B, N_i, 3) for local features, `geometry`
-// (B, N_geo, geometry_dim), `global_embedding` (B, N_g, global_dim). Structured models take (B, *grid, f) or the
+// (B, N_geo, geometry_dim), `global_embedding` (B, N_g, global_dim), and with plus the optional uniform draws
+// `gumbel_u.<site>` of each slice softmax (see gumbel_sites; PhysicsNeMo's goldens record them). Structured models take (B, *grid, f) or the
 // flattened (B, Hs*Ws(*Ds), f) for the streams and the geometry. Outputs: one (B, N_i, out_i) per stream (spatial in,
 // spatial out), then the context (B, H, S, Dctx) with return_embedding_states, then each stream's point features
 // (B, N_i, C_eff) with return_point_features — PhysicsNeMo's (out, ctx, feats) order.
@@ -83,6 +84,8 @@ class GeoTransolver : public Model {
   const GeoTransolverConfig& config() const { return config_; }
   int64_t context_dim() const { return context_builder.context_dim(); }
   std::string stream_input(const std::string& base, size_t i) const;
+  // Plus mode's noise sites, in call order; each takes an optional input `gumbel_u.<site>`.
+  std::vector<std::string> gumbel_sites() const;
 
   // PhysicsNeMo's keyword flags of forward (§4.2): extra outputs after the per-stream outputs.
   bool return_embedding_states = false, return_point_features = false;

@@ -1,5 +1,5 @@
 // GeoTransolver (models/geotransolver.h): the goldens from PhysicsNeMo's own module (serially at 1e-9, with the
-// Gumbel draws PhysicsNeMo made for plus mode fed back in), sharded against the serial fp64 oracle on every mesh
+// Gumbel draws PhysicsNeMo made for plus mode as inputs), sharded against the serial fp64 oracle on every mesh
 // with the stream points and the geometry cloud split differently (uneven, a zero-size geometry shard), local
 // features included in backward; the exact collectives of a GALE block and of the context; typed errors for bad
 // inputs. The state_dict keys are checked in test_geotransolver_keys.cpp.
@@ -20,11 +20,11 @@ using namespace shardrt::test;
 
 namespace {
 
-// A GeoTransolver golden: the common fields, plus every output (output or output.{i}), its grad_output, and the
-// uniform draws of plus mode's Gumbel noise in PhysicsNeMo's call order (gumbel_u.{k}, global shapes).
+// A GeoTransolver golden: the common fields, plus every output (output or output.{i}) and its grad_output. Plus
+// mode's Gumbel draws are inputs (gumbel_u.<site>, the model's optional inputs), recorded from PhysicsNeMo's run.
 struct GeoGolden {
   Golden g;
-  std::vector<Tensor> outputs, grad_outputs, gumbel;
+  std::vector<Tensor> outputs, grad_outputs;
 };
 
 const std::vector<std::string> kGoldens = {"geotransolver_gale_weighted", "geotransolver_galefa_concat",
@@ -38,9 +38,8 @@ GeoGolden load_geo_golden(const std::string& name) {
   out.g = load_golden(name);
   const SafetensorsFile f = load_safetensors(golden_path(name));
   auto get = [&](const std::string& key) -> Tensor {
-    for (const auto& [k, t] : f.tensors())
-      if (k == key) return t.clone();
-    return Tensor();
+    auto it = f.tensors().find(key);
+    return it == f.tensors().end() ? Tensor() : it->second.clone();
   };
   if (out.g.output.defined()) {
     out.outputs = {out.g.output};
@@ -52,31 +51,14 @@ GeoGolden load_geo_golden(const std::string& name) {
     out.outputs.push_back(o);
     out.grad_outputs.push_back(get("grad_output." + std::to_string(i)));
   }
-  for (int k = 0;; ++k) {
-    const Tensor u = get("gumbel_u." + std::to_string(k));
-    if (!u.defined()) break;
-    out.gumbel.push_back(u);
-  }
   return out;
-}
-
-// Feeds PhysicsNeMo's recorded draws back: call k gets this rank's window of draw k.
-GumbelSource recorded_gumbel(const std::vector<Tensor>& draws) {
-  return [draws](const ShardTensor& z, int64_t call) {
-    REQUIRE(call < static_cast<int64_t>(draws.size()));
-    REQUIRE(draws[call].shape() == z.global_shape());
-    NoGradGuard no_grad;
-    return distribute(draws[call].to(z.dtype()), z.mesh(), z.placements(), z.spec().all_extents()).local();
-  };
 }
 
 std::unique_ptr<GeoTransolver> geo_model(const GeoGolden& gg) {
   auto m = golden_model(gg.g);
   auto* geo = dynamic_cast<GeoTransolver*>(m.release());
   REQUIRE(geo != nullptr);
-  std::unique_ptr<GeoTransolver> out(geo);
-  if (!gg.gumbel.empty()) out->gumbel_source = recorded_gumbel(gg.gumbel);
-  return out;
+  return std::unique_ptr<GeoTransolver>(geo);
 }
 
 // One rank: outputs, input grads and every parameter grad against PhysicsNeMo's.
@@ -139,9 +121,13 @@ std::map<std::string, AxisExtents> two_cloud_extents(const GeoTransolver& m, con
   std::map<std::string, AxisExtents> out;
   const auto& sp = m.config().structured_shape;
   for (const auto& [name, full] : g.inputs) {
-    if (name == "global_embedding" || name == "time") continue;
+    // Global tokens (and the draws of their tokenizer) are replicated over the domain.
+    if (name == "global_embedding" || name == "time" || name == "gumbel_u.context_builder.global_tokenizer")
+      continue;
+    const bool draws = name.rfind("gumbel_u.", 0) == 0;  // (B, N, H, S) of a site: split like its points
+    const bool on_geometry = name == "geometry" || name.rfind("gumbel_u.context_builder.", 0) == 0;
     const Shape& s = full.shape();
-    const bool spatial = s.size() > 3;
+    const bool spatial = !draws && s.size() > 3;
     const int64_t unit = sp && !spatial ? s[1] / (*sp)[0] : 1;  // a flattened grid row
     const int64_t len = sp && !spatial ? (*sp)[0] : s[1];
     AxisExtents e(mesh.ndim());
@@ -151,8 +137,7 @@ std::map<std::string, AxisExtents> two_cloud_extents(const GeoTransolver& m, con
         continue;
       }
       const int n = mesh.shape()[a];
-      Extents x = name == "geometry" ? skewed(len, n) : zero_size_streams ? split_around_zero(len, n)
-                                                                         : split_extents(len, n);
+      Extents x = on_geometry ? skewed(len, n) : zero_size_streams ? split_around_zero(len, n) : split_extents(len, n);
       for (int64_t& v : x) v *= unit;
       e[a] = x;
     }
@@ -461,4 +446,121 @@ TEST_CASE("geotransolver: bad inputs and configs are typed errors naming the mod
   CHECK_THROWS_WITH(build_model("geotransolver", cfg(R"({"radii": [0.1, "x"]})")),
                     Catch::Contains("key 'radii' must be a list of numbers"));
   CHECK_THROWS_WITH(build_model("geotransolver", cfg(R"({"n_hiden": 8})")), Catch::Contains("unknown key 'n_hiden'"));
+}
+
+TEST_CASE("geotransolver: the whole model's collectives on the domain mesh: the context in ONE all-reduce, one per "
+          "GALE block forward; the geometry tokenizer's and the per-point weights' grads once each, the global "
+          "tokenizer's and the replicated-only weights' never", "[models][ledger]") {
+  const Mesh mesh = world_1d(std::make_shared<CommLedger>());
+  const int p = mesh.size();
+  manual_seed(5);
+  const GeoGolden gg = random_case("ledger", R"({"functional_dim": 3, "out_dim": 2, "geometry_dim": 3,
+      "global_dim": 5, "n_layers": 2, "n_hidden": 16, "n_head": 2, "mlp_ratio": 1, "slice_num": 4})",
+                                   {{"local_embedding", {1, 23, 3}}, {"geometry", {1, 17, 3}},
+                                    {"global_embedding", {1, 3, 5}}}, 9);
+  auto model = geo_model(gg);
+  ShardedCase c;
+  c.name = "geotransolver model ledger";
+  for (const std::string& name : gg.g.input_names) {
+    c.inputs.push_back(gg.g.inputs.at(name));
+    c.placements.push_back(model->input_placements(name, gg.g.inputs.at(name).shape(), mesh));
+  }
+  c.params = model->parameters();
+  GeoTransolver* m = model.get();
+  const ShardedFn fn = [&](const std::vector<ShardTensor>& ins, const std::vector<Tensor>& w) {
+    m->bind_parameters(w);
+    std::map<std::string, ShardTensor> named;
+    for (size_t i = 0; i < ins.size(); ++i) named[gg.g.input_names[i]] = ins[i];
+    return m->forward(named);
+  };
+  // B = 1, n = 16, H = 2, D = Dc = 8, S = 4, mlp_ratio 1, 2 blocks, geometry 3, global 5, out 2.
+  const int64_t n = 16, h = 2, d = 8, s = 4, g = 3, out = 2, layers = 2;
+  const int64_t linear_numel = (g * n + n) * 2 + (d * s + s)          // geometry tokenizer (not the global one)
+                               + (3 * 2 * n + 2 * n) + (2 * n * n + n)  // preprocess
+                               + layers * (2 * (n * n + n) + (d * s + s) + (n * n + n) + 2 * (n * n + n))
+                               + (n * out + out);  // per block: in_project_x/fx, slice, out_linear, Mlp; the head
+  const std::vector<ExpectedComm> want = {
+      // The context (geometry's [Σ w F | Σ w]) and each block's slice sums: one all-reduce each.
+      {"redistribute", "all_reduce", "domain", 1 + layers,
+       all_reduce_bytes(h * s * (d + 1), 8, p) * (1 + layers)},
+      {"matmul.backward", "all_reduce", "domain", layers, all_reduce_bytes(layers * h * s * d, 8, p)},
+      {"linear.backward", "all_reduce", "domain", 3 + 2 + layers * 6 + 1, all_reduce_bytes(linear_numel, 8, p)},
+      {"layer_norm.backward", "all_reduce", "domain", layers * 2 + 1, all_reduce_bytes((layers * 2 + 1) * 2 * n, 8, p)},
+      // The temperatures of the geometry tokenizer and of each block (the global tokenizer's is complete).
+      {"div.backward", "all_reduce", "domain", 1 + layers, all_reduce_bytes((1 + layers) * h, 8, p)}};
+  // On one rank the points are still Shard(1) (of one): the same collectives are issued, sending 0 bytes.
+  check_patch(mesh, fn, c, want);
+}
+
+TEST_CASE("geotransolver: a structured GALE block's convs run through the halo patch (one halo exchange per conv "
+          "each way), and return_embedding_states / return_point_features add the replicated context and the "
+          "sharded point features", "[models][ledger]") {
+  const Mesh mesh = world_1d(std::make_shared<CommLedger>());
+  const int p = mesh.size();
+  manual_seed(6);
+  GeoGolden gg = random_case("structured extras", R"({"functional_dim": 2, "out_dim": 1, "geometry_dim": 2,
+      "structured_shape": [9, 3], "n_layers": 1, "n_hidden": 8, "n_head": 2, "mlp_ratio": 1, "slice_num": 4})",
+                             {{"local_embedding", {1, 9, 3, 2}}, {"geometry", {1, 9, 3, 2}}}, 10);
+  auto model = geo_model(gg);
+  model->return_embedding_states = model->return_point_features = true;
+  ShardedCase c;
+  c.name = "structured extras";
+  for (const std::string& name : gg.g.input_names) {
+    c.inputs.push_back(gg.g.inputs.at(name));
+    c.placements.push_back(model->input_placements(name, gg.g.inputs.at(name).shape(), mesh));
+  }
+  c.params = model->parameters();
+  GeoTransolver* m = model.get();
+  std::vector<Shape> shapes;
+  std::vector<Placements> placements;
+  const ShardedFn fn = [&](const std::vector<ShardTensor>& ins, const std::vector<Tensor>& w) {
+    m->bind_parameters(w);
+    std::map<std::string, ShardTensor> named;
+    for (size_t i = 0; i < ins.size(); ++i) named[gg.g.input_names[i]] = ins[i];
+    std::vector<ShardTensor> out = m->forward(named);
+    shapes.clear(), placements.clear();
+    for (const ShardTensor& o : out) shapes.push_back(o.global_shape()), placements.push_back(o.placements());
+    return out;
+  };
+  mesh.flat().ledger().reset();
+  const ShardedCheckResult r = check_sharded(mesh, fn, c);
+  INFO(r.report);
+  CHECK(r.ok);
+  REQUIRE(shapes.size() == 3);
+  CHECK(shapes[0] == Shape{1, 9, 3, 1});
+  CHECK(shapes[1] == Shape{1, 2, 4, 4});  // the context (B, H, S, Dctx = Dc): geometry only
+  CHECK(shapes[2] == Shape{1, 27, 8});    // the point features (B, N, C_eff)
+  CHECK(placements[1] == Placements{R});
+  CHECK(placements[2] == Placements{S(1)});
+  // Four convs (the geometry tokenizer's two, the block's two), each one halo exchange forward and one back.
+  int64_t forward_halos = 0, backward_halos = 0;
+  for (const LedgerEntry& e : mesh.flat().ledger().entries()) {
+    if (e.scope.rfind("check_sharded", 0) == 0) continue;
+    if (e.kind == "halo_exchange" && e.scope.find("backward") == std::string::npos) forward_halos += e.calls;
+    if (e.kind == "halo_exchange" && e.scope.find("backward") != std::string::npos) backward_halos += e.calls;
+  }
+  if (p > 1 && p <= 3) {  // up to 3 ranks every shard holds >= 1 of the 9 rows: the halo path
+    CHECK(forward_halos == 4);
+    CHECK(backward_halos == 4);
+  }
+}
+
+TEST_CASE("geotransolver: concrete dropout adds p_logit keys and is the identity in eval mode", "[models]") {
+  const std::string cfg = R"({"functional_dim": 3, "out_dim": 2, "geometry_dim": 3, "global_dim": 4,
+    "n_layers": 1, "n_hidden": 16, "n_head": 2, "mlp_ratio": 1, "slice_num": 4)";
+  auto plain = build_model("geotransolver", Json::parse(cfg + "}"), {DType::f64, 3});
+  auto concrete = build_model("geotransolver", Json::parse(cfg + R"(, "concrete_dropout": true, "dropout": 0.1})"),
+                              {DType::f64, 3});
+  std::map<std::string, Tensor> sd;
+  for (const auto& [k, t] : plain->state_dict()) sd[k] = t;
+  const auto report = concrete->load_state_dict(sd, /*strict=*/false);
+  REQUIRE(report.missing.size() == 5);  // geometry / global output_dropout, Attn.out_dropout, attn/ffn_dropout
+  for (const auto& [k, t] : concrete->state_dict())
+    if (k.find("p_logit") != std::string::npos) CHECK(t.to_vector()[0] == Approx(std::log(0.1 / 0.9)));
+  const Mesh serial(MPI_COMM_SELF, 1, 1);
+  const Placements rr(2, Placement::Replicate());
+  auto st = [&](const Shape& s, uint64_t seed) { return from_local(rnd(s, seed), serial, rr); };
+  const std::map<std::string, ShardTensor> in = {
+      {"local_embedding", st({1, 9, 3}, 1)}, {"geometry", st({1, 7, 3}, 2)}, {"global_embedding", st({1, 2, 4}, 3)}};
+  CHECK_SAME_VALUES(full_tensor(concrete->forward(in)[0]), full_tensor(plain->forward(in)[0]));
 }
