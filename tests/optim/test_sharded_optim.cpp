@@ -254,3 +254,54 @@ TEST_CASE("mixed precision on every mode: bf16 grads reduced with f32 accumulati
     CHECK(result[0] != values(ToyParams(DType::bf16)));
   }
 }
+
+namespace {
+// Six elements: a scalar, a 2 x 2 Muon matrix, a scalar. On 4 shards the matrix fixes the shard at 4 elements, so
+// the last shards hold only padding: ranks that own nothing must still take part and leave the padding at zero.
+struct Tiny : models::Module {
+  Tiny() {
+    a = from_vector({0.5}, {1}, {DType::f64});
+    w = from_vector({1.0, -2.0, 0.25, 3.0}, {2, 2}, {DType::f64});
+    c = from_vector({-1.5}, {1}, {DType::f64});
+    register_parameter("a", &a);
+    register_parameter("w", &w);
+    register_parameter("c", &c);
+  }
+  Tensor a, w, c;
+};
+}  // namespace
+
+TEST_CASE("shards of padding only: ranks that own no parameter step in lockstep, the result is the replicated one's",
+          "[optim][sharded]") {
+  for (auto grid_shape : all_grids()) {
+    const Mesh mesh = grid(grid_shape, std::make_shared<CommLedger>());
+    std::vector<std::vector<double>> result[3];
+    for (ShardingMode mode : {ShardingMode::replicated, ShardingMode::ddp, ShardingMode::mesh}) {
+      Tiny m;
+      OptimizerConfig cfg;
+      cfg.mode = mode;
+      cfg.algorithm = Algorithm::muon_adamw;
+      cfg.max_grad_norm = 2.0;
+      Optimizer opt(mesh, m, cfg);
+      const ArenaLayout& L = opt.layout(0);
+      if (opt.plan().shards == 4) {
+        CHECK(L.shard_numel == 4);
+        CHECK(L.slots[1].offset == 4);  // the matrix starts shard 1; shards 2 and 3 are padding
+      }
+      for (int t = 0; t < 3; ++t) {
+        set_grads(m, 700 + 10 * t + static_cast<uint64_t>(mesh.coord("ddp")));
+        opt.step();
+      }
+      const std::vector<double> arena = opt.param_arena(0).buffer().to_vector();
+      for (size_t k = 0; k < arena.size(); ++k) {
+        bool in_slot = false;
+        for (const ArenaSlot& s : L.slots) in_slot = in_slot || (static_cast<int64_t>(k) >= s.offset && static_cast<int64_t>(k) < s.offset + s.numel);
+        if (!in_slot) CHECK(arena[k] == 0.0);
+      }
+      result[static_cast<int>(mode)] = values(m);
+    }
+    INFO("mesh " << mesh.str());
+    CHECK(result[1] == result[0]);
+    CHECK(result[2] == result[0]);
+  }
+}
