@@ -104,7 +104,26 @@ Optimizer::Optimizer(const Mesh& mesh, models::Module& module, OptimizerConfig c
     for (const std::string& k : kinds) g.state.emplace_back(k, zeros({n}, {g.master_dtype}));
     groups_.push_back(std::move(g));
   }
+  check_same_parameters_everywhere();
   module.bind_parameters(bound);
+}
+
+void Optimizer::check_same_parameters_everywhere() const {
+  // Ranks with different parameter sets would pair collectives of different sizes in every step: refuse at
+  // construction, on every rank, before the module is touched.
+  if (mesh_.size() == 1) return;
+  int64_t total = 0;
+  for (const Group& g : groups_) total += g.layout.total() * 16 + static_cast<int64_t>(g.dtype);
+  const Tensor t = from_vector({static_cast<double>(total), -static_cast<double>(total)}, {2}, {DType::i64});
+  {
+    auto scope = mesh_.flat().ledger().scope("optimizer.setup");
+    mesh_.flat().all_reduce(t, ReduceOp::max);
+  }
+  const std::vector<double> got = t.to_vector();
+  SHARDRT_CHECK(got[0] == static_cast<double>(total) && -got[1] == static_cast<double>(total), ValueError,
+                "optimizer on ", mesh_.str(), ": the ranks hold different parameter sets (rank ", mesh_.rank(), ": ",
+                num_parameters_, " parameters in ", groups_.size(),
+                " dtype group(s)); build the same model with the same config on every rank");
 }
 
 double Optimizer::current_lr_factor() const { return config_.schedule ? config_.schedule->factor(steps_) : 1.0; }

@@ -62,7 +62,8 @@ struct OptimizerMemory {
 
 class Optimizer {
  public:
-  // Collective over the mesh only in that every rank must construct it with the same module structure.
+  // Collective over the mesh: every rank must construct it with the same parameter set (checked by one all_reduce
+  // of the arena sizes, ledger scope "optimizer.setup"; a mismatch is a ValueError on every rank).
   Optimizer(const Mesh& mesh, models::Module& module, OptimizerConfig config);
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -93,6 +94,7 @@ class Optimizer {
     std::vector<std::pair<std::string, Tensor>> state;  // per kind, shard-sized, master dtype
     Tensor grad_shard;        // this step's reduced grad of the shard (set during step)
   };
+  void check_same_parameters_everywhere() const;
   void reduce_grads(Group& g, double scale);
   double clip(std::vector<Group>& groups);
   void update(Group& g, double lr_factor);

@@ -305,3 +305,17 @@ TEST_CASE("shards of padding only: ranks that own no parameter step in lockstep,
     CHECK(result[2] == result[0]);
   }
 }
+
+TEST_CASE("ranks with different parameter sets: a ValueError on every rank at construction, the module untouched",
+          "[optim][sharded][errors]") {
+  if (world_size() == 1) return;
+  const Mesh mesh = grid({world_size(), 1}, std::make_shared<CommLedger>());
+  std::unique_ptr<models::Module> m;
+  if (world_rank() == 0) m = std::make_unique<Tiny>();
+  else m = std::make_unique<ToyParams>();
+  const auto before = values(*m);
+  CHECK_THROWS_WITH(Optimizer(mesh, *m, OptimizerConfig{}), Catch::Contains("different parameter sets") &&
+                                                                 Catch::Contains("same model"));
+  CHECK(values(*m) == before);
+  CHECK(grad_of(m->named_parameters()[0].second).defined() == false);
+}
