@@ -26,6 +26,20 @@ namespace {
 // index.json of a huge model is megabytes; anything far larger is not an index.
 constexpr uint64_t kMaxIndexBytes = 1ull << 30;
 
+// An error's message without its "<Kind>: " prefix (the agreed error adds its own); "<Kind> [rank N]: " keeps
+// the rank where it happened, as "on rank N: ".
+std::string without_kind(const Error& e) {
+  const std::string what = e.what();
+  const std::string plain = e.kind() + ": ", ranked = e.kind() + " [rank ";
+  if (what.starts_with(plain)) return what.substr(plain.size());
+  if (what.starts_with(ranked)) {
+    const std::size_t close = what.find("]: ", ranked.size());
+    if (close != std::string::npos)
+      return "on rank " + what.substr(ranked.size(), close - ranked.size()) + ": " + what.substr(close + 3);
+  }
+  return what;
+}
+
 // Runs `step` on this rank and agrees on the outcome: when it threw a ShardRT error on any rank, every rank throws E
 // with the lowest failing rank's message. Nothing else is caught (a bug is not a verdict).
 template <typename E, typename Step>
@@ -36,7 +50,7 @@ void agreed_step(const Communicator& comm, Step&& step) {
     step();
   } catch (const Error& e) {
     ok = false;
-    msg = e.what();
+    msg = without_kind(e);
   } catch (const std::exception& e) {  // std::filesystem, bad_alloc: still a failed step, not a hang
     ok = false;
     msg = e.what();
@@ -295,6 +309,8 @@ void save_checkpoint(const Mesh& mesh, const std::string& dir_arg, const Checkpo
   agreed_step<ValueError>(comm, [&] {
     SHARDRT_CHECK(!dir.empty(), ValueError, "save_checkpoint: the checkpoint path is empty");
     pieces = check_ranges(dir, mine);
+  });
+  agreed_step<IoError>(comm, [&] {
     if (root) check_replaceable(dir);
   });
 

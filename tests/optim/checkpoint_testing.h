@@ -57,16 +57,17 @@ inline int64_t arena_numel(const std::vector<GlobalTensor>& tensors) {
   return n;
 }
 
-// Rank r's arena range on `ranks` ranks: uneven shares (rank r gets a share growing with r + 2) and the last rank of
-// two or more gets nothing, so the zero-size owner is always among the cases.
+// Rank r's arena range on `ranks` ranks: uneven shares (rank r's grows with r + 2), and on three or more ranks the
+// last rank gets nothing, so a zero-size owner is among the cases.
 inline std::pair<int64_t, int64_t> uneven_arena_range(int64_t total, int rank, int ranks) {
-  if (ranks == 1) return {0, total};
+  const int owners = ranks >= 3 ? ranks - 1 : ranks;
+  if (rank >= owners) return {total, total};
   int64_t weight_sum = 0, before = 0;
-  for (int r = 0; r < ranks - 1; ++r) weight_sum += r + 2;
-  for (int r = 0; r < rank && r < ranks - 1; ++r) before += r + 2;
+  for (int r = 0; r < owners; ++r) weight_sum += r + 2;
+  for (int r = 0; r < rank; ++r) before += r + 2;
   const int64_t lo = total * before / weight_sum;
-  const int64_t hi = rank == ranks - 1 ? total : total * (before + rank + 2) / weight_sum;
-  return {lo, rank == ranks - 1 ? total : hi};
+  const int64_t hi = rank == owners - 1 ? total : total * (before + rank + 2) / weight_sum;
+  return {lo, hi};
 }
 
 // What one rank owning arena elements [lo, hi) writes: one SavedRange per tensor the range touches.

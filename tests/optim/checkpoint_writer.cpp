@@ -1,5 +1,5 @@
 // The writer the kill-during-save test runs as a process of its own: a 1-rank job that saves the checkpoint
-// writer_tensors(megabytes, v) with state {"version": v} for v = 1, 2, ..., printing "saved <v>" after each commit,
+// writer_tensors(megabytes, v) with state {"version": v} for v = 1, 2, ..., printing "saving <v>" when its save starts and "saved <v>" after the commit,
 // once (without "loop") or until it is killed.
 // Usage: checkpoint_writer <dir> <megabytes> [loop]
 #include <mpi.h>
@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
         c.ranges.push_back({t.name, t.shape, half, shardrt::test::flat_slice(t, half, n - half)});
       }
       c.state = {{"version", version}};
+      std::printf("saving %d\n", version);
+      std::fflush(stdout);
       shardrt::save_checkpoint(mesh, dir, c);
       std::printf("saved %d\n", version);
       std::fflush(stdout);
