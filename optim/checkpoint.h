@@ -9,19 +9,21 @@
 //
 // Save protocol (collective over mesh.flat(); every step's verdict is agreed, so a failure anywhere fails the save on
 // every rank, with the same message, and nothing half written is ever at <dir>):
-//   1. every rank checks its own ranges (agreed: ValueError); rank 0 refuses a <dir> that exists and is not a
-//      ShardRT checkpoint (it would be replaced);
+//   1. every rank checks its own ranges (agreed: ValueError); then rank 0 refuses a <dir> that exists and is
+//      neither empty nor a ShardRT checkpoint, since it would be replaced (agreed: IoError);
 //   2. rank 0 picks a nonce, creates <dir>.tmp-<nonce>/ (agreed: IoError);
 //   3. every rank writes its file there (temporary name, fsync, rename, directory fsync) (agreed: IoError);
 //   4. the pieces' descriptions are all-gathered; every rank checks the same thing (one dtype and global shape per
 //      name, no element written twice) (ValueError, identical on every rank);
 //   5. rank 0 writes index.json (fsync), fsyncs the directory, and commits: renameat2(RENAME_EXCHANGE) swaps the new
 //      directory with the previous checkpoint in one atomic step (a plain rename when there was none), the parent
-//      directory is fsynced, and the previous checkpoint — now under the temporary name — is removed (agreed).
+//      directory is fsynced, and the previous checkpoint — now under the temporary name — is removed, with any
+//      leftovers of earlier interrupted saves of <dir> (agreed: IoError).
 //   Where the filesystem cannot exchange, the previous checkpoint is first renamed to <dir>.old-<nonce>, then the new
 //   one into place; a crash between the two renames leaves no <dir> but a complete <dir>.old-<nonce>.
-// What a reader does with leftovers: it reads <dir> only. A <dir>.tmp-<nonce> is an interrupted save (never
-// complete, never read); a later successful save of the same <dir> removes it. When <dir> is missing, the load error
+// What a reader does with leftovers: it reads <dir> only. A <dir>.tmp-<nonce> is a save that never committed, or
+// the previous checkpoint of a commit killed before removing it; it is never read, and a later successful save of
+// the same <dir> removes it. When <dir> is missing, the load error
 // names any <dir>.old-<nonce> it finds (rename it back to <dir> to use it). One job saves a given <dir> at a time.
 //
 // Load (collective over mesh.flat(), any mesh, any split): each request is answered from the saved pieces that
