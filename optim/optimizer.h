@@ -28,6 +28,7 @@
 #include "models/module.h"
 #include "optim/adamw.h"
 #include "optim/arena.h"
+#include "optim/checkpoint.h"
 #include "optim/muon.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
@@ -81,6 +82,22 @@ class Optimizer {
   const ArenaLayout& layout(size_t group) const { return groups_.at(group).layout; }
   const FlatArena& param_arena(size_t group) const { return groups_.at(group).params; }
   const FlatArena& grad_arena(size_t group) const { return groups_.at(group).grads; }
+  // ---- checkpoints (optim/checkpoint.h) ----
+  // What this rank writes: for each parameter slot meeting its shard, the master weights as "param.<key>" and the
+  // slot's own state as "<state>.<key>" (exp_avg / exp_avg_sq for AdamW slots, momentum_buffer for Muon and SGD),
+  // element ranges of the whole tensors, so any mesh and mode can read them back. Ranks holding the same shard (every
+  // rank in `replicated`, the domain ranks of a ddp group in `ddp`) leave the writing to the first of them. `state`:
+  // step count, algorithm, mode, mesh shape.
+  CheckpointContents checkpoint_contents() const;
+  // The ranges this rank needs to resume: its own shard of every slot (whatever mesh and mode saved them).
+  std::vector<RangeRequest> checkpoint_requests() const;
+  // Takes the answers to checkpoint_requests() (in that order) and the step count, then rebuilds the parameters
+  // from the master shards (collective: the mode's all_gather) and zeroes the grads.
+  void load_from(const LoadedCheckpoint& loaded);
+  // save_checkpoint / load_checkpoint of the above, collective over the mesh.
+  void save(const std::string& dir) const;
+  void load(const std::string& dir);
+
   // State `name` ("exp_avg", "exp_avg_sq", "momentum_buffer") of this rank's shard, shard_numel elements.
   Tensor state_shard(size_t group, const std::string& name) const;
 
@@ -95,6 +112,15 @@ class Optimizer {
     Tensor grad_shard;        // this step's reduced grad of the shard (set during step)
   };
   void check_same_parameters_everywhere() const;
+  // Each (group, slot, state kind or "param") piece of this rank's shard, in one fixed order, for save and load.
+  struct Piece {
+    size_t group, slot;
+    std::string kind;  // "param" or a state name
+    int64_t at, count;  // within the shard
+    int64_t begin;      // within the parameter
+  };
+  std::vector<Piece> shard_pieces() const;
+  Tensor piece_tensor(const Piece& p) const;
   void reduce_grads(Group& g, double scale);
   double clip(std::vector<Group>& groups);
   void update(Group& g, double lr_factor);
