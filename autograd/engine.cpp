@@ -61,6 +61,13 @@ void accumulate_into(const Tensor& dst, const Tensor& src) {
   SHARDRT_CHECK(dst.shape() == src.shape(), ShapeError, "accumulate_into: ", dst.str(), " += ", src.str());
   check_same_device("accumulate_into", dst, src);
   if (dst.numel() == 0) return;
+  if (dst.dtype() == DType::bf16 || dst.dtype() == DType::f16) {
+    // Low-precision grads (mixed-precision parameters bound to an arena): add in f32, round once.
+    Tensor wide = dst.to(DType::f32).contiguous().clone();
+    accumulate_into(wide, src.to(DType::f32));
+    dst.copy_(wide);
+    return;
+  }
   Tensor s = src.dtype() == dst.dtype() ? src.contiguous() : src.to(dst.dtype()).contiguous();
   // Accumulate through a contiguous buffer when dst is a strided view.
   Tensor d = dst.is_contiguous() ? dst : dst.clone();

@@ -15,7 +15,8 @@ inline void backward(const Tensor& root, const Tensor& grad = Tensor(), bool ret
   backward(std::vector<Tensor>{root}, std::vector<Tensor>{grad}, retain_graph);
 }
 
-// dst += src, in place, for same-shape floating tensors on one device (used for grad accumulation).
+// dst += src, in place, for same-shape floating tensors on one device (used for grad accumulation); bf16 / f16
+// destinations are summed in f32 and rounded once.
 void accumulate_into(const Tensor& dst, const Tensor& src);
 
 }  // namespace shardrt

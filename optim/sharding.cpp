@@ -1,0 +1,55 @@
+#include "optim/sharding.h"
+
+#include "runtime/errors.h"
+
+namespace shardrt::optim {
+
+const char* sharding_mode_name(ShardingMode m) {
+  switch (m) {
+    case ShardingMode::replicated:
+      return "replicated";
+    case ShardingMode::ddp:
+      return "ddp";
+    case ShardingMode::mesh:
+      return "mesh";
+  }
+  return "?";
+}
+
+ShardingMode parse_sharding_mode(const std::string& name) {
+  if (name == "replicated") return ShardingMode::replicated;
+  if (name == "ddp") return ShardingMode::ddp;
+  if (name == "mesh") return ShardingMode::mesh;
+  throw ValueError("optimizer: sharding mode '" + name + "' is unknown; use replicated, ddp or mesh");
+}
+
+ShardPlan plan_sharding(const Mesh& mesh, ShardingMode mode) {
+  ShardPlan p;
+  p.mode = mode;
+  const bool one_d = mesh.ndim() == 1;
+  const bool two_d = mesh.ndim() == 2 && mesh.is_batch_axis(0) && !mesh.is_batch_axis(1);
+  SHARDRT_CHECK(one_d || two_d, ValueError, "optimizer: mesh ", mesh.str(),
+                " is not supported; use a 1-D mesh or a 2-D batch x domain mesh (Mesh(comm, ddp, domain))");
+  if (mesh.is_batch_axis(0)) {
+    p.batch_axis = mesh.axis_names()[0];
+    p.batch_ranks = mesh.shape()[0];
+  }
+  if (!mesh.is_batch_axis(mesh.ndim() - 1)) {
+    p.domain_ranks = mesh.shape().back();
+    p.domain_index = mesh.coords().back();
+  }
+  const int batch_index = p.batch_axis.empty() ? 0 : mesh.coords()[0];
+  switch (mode) {
+    case ShardingMode::replicated:
+      break;
+    case ShardingMode::ddp:
+      p.shards = p.batch_ranks, p.own_shard = batch_index;
+      break;
+    case ShardingMode::mesh:
+      p.shards = mesh.size(), p.own_shard = mesh.rank();
+      break;
+  }
+  return p;
+}
+
+}  // namespace shardrt::optim
