@@ -40,13 +40,7 @@ int main(int argc, char** argv) {
     // Every rank reads the config; their verdicts are agreed, so a bad key stops all ranks alike.
     const Mesh start(MPI_COMM_WORLD, 1, session.size());
     tools::TrainConfig config;
-    std::string config_error;
-    try {
-      config = tools::load_train_config(config_path, overrides);
-    } catch (const std::exception& e) {
-      config_error = e.what();
-    }
-    agree_or_throw<ValueError>(start.flat(), config_error.empty(), config_error);
+    tools::agree_on(start.flat(), [&] { config = tools::load_train_config(config_path, overrides); });
     if (print_config) {
       if (session.is_root()) std::printf("%s\n", config.document.dump(2).c_str());
     } else {
@@ -60,6 +54,6 @@ int main(int argc, char** argv) {
   int failed = error.empty() ? 0 : 1, failures = 0;
   MPI_Allreduce(&failed, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (failed && (failures < session.size() || session.is_root())) 
-    std::fprintf(stderr, "%s%s\n", error.rfind("shardrt-train:", 0) == 0 ? "" : "shardrt-train: ", error.c_str());
+    std::fprintf(stderr, "%s\n", error.c_str());
   return failures > 0 ? 1 : 0;
 }

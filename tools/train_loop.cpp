@@ -33,18 +33,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Runs `fn` on every rank and agrees on the outcome: a rank that failed (a missing file, a bad key it alone saw)
-// makes every rank throw its message, so no rank is left waiting in the next collective.
 template <typename F>
 auto agreed(const Mesh& mesh, F&& fn) -> decltype(fn()) {
-  std::string error;
   std::optional<decltype(fn())> out;
-  try {
-    out.emplace(fn());
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  agree_or_throw<ValueError>(mesh.flat(), error.empty(), error);
+  agree_on(mesh.flat(), [&] { out.emplace(fn()); });
   return std::move(*out);
 }
 
@@ -202,6 +194,32 @@ Resumed load_training(const Mesh& mesh, const std::string& dir, optim::Optimizer
 }
 
 }  // namespace
+
+void agree_on(const Communicator& comm, const std::function<void()>& step) {
+  std::string kind = "ValueError", msg;
+  bool ok = true;
+  try {
+    step();
+  } catch (const Error& e) {
+    ok = false, kind = e.kind(), msg = e.what();
+    // "<Kind> [rank N]: text" -> "text": the agreed error states the kind again and which ranks failed.
+    if (msg.starts_with(kind)) {
+      const std::size_t colon = msg.find(": ");
+      if (colon != std::string::npos) msg = msg.substr(colon + 2);
+    }
+  } catch (const std::exception& e) {
+    ok = false, msg = e.what();
+  }
+  const auto agreed_msg = comm.agree(ok, kind + "|" + msg);
+  if (!agreed_msg) return;
+  const std::size_t bar = agreed_msg->find('|');
+  const std::string k = agreed_msg->substr(0, bar), text = agreed_msg->substr(bar + 1);
+  if (k == "IoError") throw IoError(text);
+  if (k == "ShapeError") throw ShapeError(text);
+  if (k == "CommError") throw CommError(text);
+  if (k == "DTypeError") throw DTypeError(text);
+  throw ValueError(text);
+}
 
 double run_training(const TrainConfig& c, const RunOptions& options) {
   int world = 1;

@@ -1,8 +1,10 @@
 // shardrt-train's run: model, optimizer, loaders and normaliser from a TrainConfig on a ddp x domain mesh; the
 // training loop with its progress lines, CSV, validation, checkpoints and --resume; the plots at the end.
 #pragma once
+#include <functional>
 #include <string>
 
+#include "mesh/communicator.h"
 #include "tools/train_config.h"
 
 namespace shardrt::tools {
@@ -17,6 +19,11 @@ struct RunOptions {
 // Collective over MPI_COMM_WORLD (its size must be mesh.ddp * mesh.domain). Every failure is raised on every rank
 // with the same message (the verdicts are agreed through the mesh). Returns the last validation relative L2 (or
 // the last training loss without a validation split).
+// Runs `step` on every rank of `comm` and agrees on the outcome: when it threw on any rank, every rank throws the
+// lowest failing rank's error, of its kind (IoError stays IoError), with its message once (no doubled prefix), so
+// no rank is left waiting in the next collective.
+void agree_on(const Communicator& comm, const std::function<void()>& step);
+
 double run_training(const TrainConfig& config, const RunOptions& options);
 
 }  // namespace shardrt::tools
