@@ -63,6 +63,31 @@ grep -q "validation relative L2 (darcy, 4 samples)" "$dir/m4.log" || fail "no fi
 for f in loss.png panel.png config.json checkpoint/index.json; do [ -s "$dir/m4/$f" ] || fail "m4: no $f"; done
 [ "$(od -An -tx1 -N8 "$dir/m4/panel.png" | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "panel.png is not a PNG"
 
+# The other losses: the same 2 steps on 1 rank and on 2x2.
+for loss in mse huber; do
+  for n in 1 4; do
+    mpi $n "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/$loss$n" --set mesh.ddp=$(( n / 2 > 0 ? 2 : 1 )) \
+        --set mesh.domain=$(( n / 2 > 0 ? 2 : 1 )) --set loss.kind=$loss --set loss.huber_delta=0.5 --set steps=2 \
+        --set validation.every=0 >/dev/null
+  done
+  python3 - "$dir/${loss}1/metrics.csv" "$dir/${loss}4/metrics.csv" "$loss" <<'PY'
+import csv, sys
+a, b = (list(csv.DictReader(open(p))) for p in sys.argv[1:3])
+for x, y in zip(a, b):
+    u, v = float(x["loss"]), float(y["loss"])
+    if not (u > 0 and abs(u - v) <= 1e-10 * u):
+        sys.exit(f"train_cli: {sys.argv[3]} step {x['step']}: {u!r} on 1 rank vs {v!r} on 2x2")
+print(f"{sys.argv[3]}: 1x1 and 2x2 agree", [float(r["loss"]) for r in a])
+PY
+done
+
+# A diverging run (f32, a huge learning rate): every rank stops at the first non-finite loss, with one message.
+if mpi 2 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/nan" --set mesh.domain=2 --set precision=f32 \
+    --set optimizer.lr=1e30 --set optimizer.max_grad_norm=0 --set steps=20 >/dev/null 2>"$dir/nan.err"; then
+  fail "a diverging run finished without an error"
+fi
+grep -q "the loss is .* at step" "$dir/nan.err" || fail "no non-finite loss message: $(cat "$dir/nan.err")"
+
 # 2. Stopped after step 2 (as a job out of time would be) and resumed: the same bits as the uninterrupted run.
 mpi 4 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/r" --set mesh.ddp=2 --set mesh.domain=2 \
     --stop-after 2 >"$dir/r1.log"
