@@ -349,7 +349,7 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
         std::fflush(stdout);
       }
       window_start = Clock::now(), window_steps = 0;
-    } else if (tty) {
+    } else if (tty && step % std::max<int64_t>(1, total / 200) == 0) {  // a few hundred redraws per run at most
       progress_bar(step, total);
     }
     if (c.checkpoint_every > 0 && step % c.checkpoint_every == 0 && !last)
