@@ -229,7 +229,7 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
                              "shardrt-train: mesh " + std::to_string(c.ddp) + "x" + std::to_string(c.domain) +
                                  " needs " + std::to_string(c.ddp * c.domain) + " ranks but mpiexec started " +
                                  std::to_string(world) + "; use mpiexec -n " + std::to_string(c.ddp * c.domain) +
-                                 " or --set mesh.ddp=..,mesh.domain=..");
+                                 " or --set mesh.ddp=D --set mesh.domain=N with D x N = " + std::to_string(world));
   const Mesh mesh(MPI_COMM_WORLD, c.ddp, c.domain);
   const bool root = mesh.rank() == 0;
   if (root) std::filesystem::create_directories(c.out_dir);
