@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# shardrt-train as a user runs it, on a tiny Darcy set (12 x 12, FLARE of two small layers, fp64):
+#   1. the same 4 optimizer steps (batch 2) under mpiexec -n 1 (1x1: two micro-batches accumulated), -n 2 (1x2: the
+#      points over domain) and -n 4 (2x2) give the same loss at every step (to 1e-10 relative) and the same
+#      validation relative L2;
+#   2. 2 steps + checkpoint, then --resume for 2 more, equals the uninterrupted 4 steps bit for bit (the CSV's
+#      %.17g losses), on 2x2;
+#   3. a misspelt config key stops every rank with the same message and a non-zero exit;
+#   4. the CSV, the loss plot and the panel are written.
+#   train_cli.sh GEN TRAIN MPIEXEC
+set -euo pipefail
+gen=$1 train=$2 mpiexec=$3
+dir=$(mktemp -d "${TMPDIR:-/tmp}/shardrt_train_cli.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "train_cli: $*" >&2; exit 1; }
+mpi() { local n=$1; shift; "$mpiexec" -n "$n" --oversubscribe --bind-to none "$@"; }
+
+"$gen" --out "$dir/data" --mode exact --resolution 12 --train 8 --val 4 --seed 3 >/dev/null
+cat > "$dir/tiny.json" <<JSON
+{
+  "model": {"kind": "flare", "seed": 5,
+            "args": {"functional_dim": 1, "out_dim": 1, "n_layers": 2, "n_hidden": 16, "n_head": 2, "mlp_ratio": 2,
+                     "slice_num": 4, "unified_pos": true, "ref": 4, "structured_shape": [12, 12]}},
+  "precision": "f64",
+  "optimizer": {"algorithm": "adamw", "lr": 3e-3, "weight_decay": 1e-4, "max_grad_norm": 1.0},
+  "schedule": {"kind": "warmup_cosine", "warmup_steps": 1, "start_factor": 0.1, "min_factor": 0.1},
+  "loss": {"kind": "relative_l2"},
+  "data": {"train": "$dir/data/darcy_train.json", "val": "$dir/data/darcy_val.json", "batch_size": 2, "seed": 9},
+  "steps": 4,
+  "log": {"every": 1, "plots": false, "progress_bar": "off"},
+  "validation": {"every": 2}
+}
+JSON
+
+# 1. The same run on three meshes.
+mpi 1 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/m1" --set mesh.ddp=1 --set mesh.domain=1 >"$dir/m1.log"
+mpi 2 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/m2" --set mesh.ddp=1 --set mesh.domain=2 >"$dir/m2.log"
+mpi 4 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/m4" --set mesh.ddp=2 --set mesh.domain=2 \
+    --set log.plots=true >"$dir/m4.log"
+for m in m1 m2 m4; do
+  [ "$(wc -l <"$dir/$m/metrics.csv")" = 5 ] || fail "$m: expected a header and 4 rows in metrics.csv"
+done
+python3 - "$dir/m1/metrics.csv" "$dir/m2/metrics.csv" "$dir/m4/metrics.csv" <<'PY'
+import csv, sys
+runs = [list(csv.DictReader(open(p))) for p in sys.argv[1:]]
+ref = runs[0]
+for col in ("loss", "val_rel_l2"):
+    for other in runs[1:]:
+        for a, b in zip(ref, other):
+            if a[col] == "" and b[col] == "":
+                continue
+            x, y = float(a[col]), float(b[col])
+            if abs(x - y) > 1e-10 * abs(x):
+                sys.exit(f"train_cli: step {a['step']} {col}: {x!r} on 1 rank vs {y!r}")
+losses = [float(r["loss"]) for r in ref]
+if not all(l == l and 0 < l < 10 for l in losses) or losses[-1] >= losses[0]:
+    sys.exit(f"train_cli: the loss did not go down over 4 steps: {losses}")
+if ref[1]["val_rel_l2"] == "" or ref[3]["val_rel_l2"] == "":
+    sys.exit("train_cli: no validation relative L2 at steps 2 and 4")
+print("meshes 1x1, 1x2, 2x2 agree; losses", losses)
+PY
+grep -q "validation relative L2 (darcy, 4 samples)" "$dir/m4.log" || fail "no final validation line: $(cat "$dir/m4.log")"
+for f in loss.png panel.png config.json checkpoint/index.json; do [ -s "$dir/m4/$f" ] || fail "m4: no $f"; done
+[ "$(od -An -tx1 -N8 "$dir/m4/panel.png" | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "panel.png is not a PNG"
+
+# The other losses: the same 2 steps on 1 rank and on 2x2.
+for loss in mse huber; do
+  for n in 1 4; do
+    mpi $n "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/$loss$n" --set mesh.ddp=$(( n / 2 > 0 ? 2 : 1 )) \
+        --set mesh.domain=$(( n / 2 > 0 ? 2 : 1 )) --set loss.kind=$loss --set loss.huber_delta=0.5 --set steps=2 \
+        --set validation.every=0 >/dev/null
+  done
+  python3 - "$dir/${loss}1/metrics.csv" "$dir/${loss}4/metrics.csv" "$loss" <<'PY'
+import csv, sys
+a, b = (list(csv.DictReader(open(p))) for p in sys.argv[1:3])
+for x, y in zip(a, b):
+    u, v = float(x["loss"]), float(y["loss"])
+    if not (u > 0 and abs(u - v) <= 1e-10 * u):
+        sys.exit(f"train_cli: {sys.argv[3]} step {x['step']}: {u!r} on 1 rank vs {v!r} on 2x2")
+print(f"{sys.argv[3]}: 1x1 and 2x2 agree", [float(r["loss"]) for r in a])
+PY
+done
+
+# A diverging run (f32, a huge learning rate): every rank stops at the first non-finite loss, with one message.
+if mpi 2 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/nan" --set mesh.domain=2 --set precision=f32 \
+    --set optimizer.lr=1e30 --set optimizer.max_grad_norm=0 --set steps=20 >/dev/null 2>"$dir/nan.err"; then
+  fail "a diverging run finished without an error"
+fi
+grep -q "the loss is .* at step" "$dir/nan.err" || fail "no non-finite loss message: $(cat "$dir/nan.err")"
+
+# 2. Stopped after step 2 (as a job out of time would be) and resumed: the same bits as the uninterrupted run.
+mpi 4 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/r" --set mesh.ddp=2 --set mesh.domain=2 \
+    --stop-after 2 >"$dir/r1.log"
+grep -q "stopped after step 2" "$dir/r1.log" || fail "no stop message: $(cat "$dir/r1.log")"
+mpi 4 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/r" --set mesh.ddp=2 --set mesh.domain=2 \
+    --resume >"$dir/r2.log"
+grep -q "resumed at step 2" "$dir/r2.log" || fail "no resume message: $(cat "$dir/r2.log")"
+cut -d, -f1-4,8 "$dir/m4/metrics.csv" >"$dir/whole"
+cut -d, -f1-4,8 "$dir/r/metrics.csv" >"$dir/resumed"
+cmp -s "$dir/whole" "$dir/resumed" || fail "resumed run differs from the uninterrupted one:
+$(paste -d'|' "$dir/whole" "$dir/resumed")"
+
+# 3. A misspelt key: every rank refuses it with one message, and the job fails.
+if mpi 4 "$train" --config "$dir/tiny.json" --set optimizer.lrr=1 >"$dir/bad.out" 2>"$dir/bad.err"; then
+  fail "a misspelt key was accepted"
+fi
+grep -q "unknown config key 'optimizer.lrr'" "$dir/bad.err" || fail "unexpected message: $(cat "$dir/bad.err")"
+[ "$(grep -c "unknown config key" "$dir/bad.err")" = 1 ] || fail "the message was not agreed (printed per rank): $(cat "$dir/bad.err")"
+grep -q "failing ranks\|ranks" "$dir/bad.err" || true
+# A missing data file: the same on every rank.
+if mpi 2 "$train" --config "$dir/tiny.json" --set mesh.domain=2 --set data.train="$dir/nothing.json" \
+    >/dev/null 2>"$dir/missing.err"; then
+  fail "a missing manifest was accepted"
+fi
+grep -q "nothing.json" "$dir/missing.err" || fail "the missing file is not named: $(cat "$dir/missing.err")"
+echo "train_cli: all checks passed"

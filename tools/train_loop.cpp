@@ -1,0 +1,394 @@
+#include "tools/train_loop.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+
+#include "autograd/engine.h"
+#include "autograd/tape.h"
+#include "data/loader.h"
+#include "data/normalizer.h"
+#include "mesh/agree.h"
+#include "mesh/mesh.h"
+#include "models/model.h"
+#include "optim/checkpoint.h"
+#include "optim/optimizer.h"
+#include "patches/ops.h"
+#include "patches/shard_tensor.h"
+#include "runtime/allocator.h"
+#include "runtime/errors.h"
+#include "tools/plot_darcy.h"
+#include "tools/train_metrics.h"
+
+namespace shardrt::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <typename F>
+auto agreed(const Mesh& mesh, F&& fn) -> decltype(fn()) {
+  std::optional<decltype(fn())> out;
+  agree_on(mesh.flat(), [&] { out.emplace(fn()); });
+  return std::move(*out);
+}
+
+// Per sample: the sum over every point (dims 1..), completed over the domain axes (the local sums are Partial
+// there), so the result is (B,) placed like the samples. One all_reduce per domain axis; its adjoint is local.
+ShardTensor per_sample_sum(const ShardTensor& x) {
+  std::vector<int> point_dims;
+  for (int i = 1; i < static_cast<int>(x.global_shape().size()); ++i) point_dims.push_back(i);
+  const ShardTensor partial = sum(x, point_dims);
+  Placements whole = partial.placements();
+  for (Placement& q : whole)
+    if (q.is_partial()) q = Placement::Replicate();
+  return redistribute(partial, whole);
+}
+
+// mean_b s_b over the GLOBAL batch for per-sample values s_b >= 0. The mean over a batch sharded on ddp has to come
+// from a loss patch, which owns the batch-axis scaling of the grads (patches/domain_batch.h), so s_b enters
+// mse_loss as sqrt(s_b) against 0: mean_b (sqrt s_b)^2 = mean_b s_b. (s_b = 0, a perfect sample, has no grad.)
+ShardTensor batch_mean(const ShardTensor& per_sample) {
+  ShardTensor zero;
+  {
+    NoGradGuard no_grad;
+    zero = mul_scalar(per_sample, 0.0);
+  }
+  return mse_loss(sqrt(per_sample), zero);
+}
+
+// The relative L2 error of each sample, ||p_b - t_b|| / ||t_b||, averaged over the batch (PhysicsNeMo's LpLoss
+// with size_average): a per-sample mean makes the objective the same however the batch is split over ddp and
+// micro-batches, which a batch-wide ||P - T|| / ||T|| would not be.
+ShardTensor relative_l2_per_sample(const ShardTensor& pred, const ShardTensor& target) {
+  const ShardTensor d = sub(pred, target);
+  ShardTensor den;
+  {
+    NoGradGuard no_grad;  // the target is data
+    den = per_sample_sum(mul(target, target));
+  }
+  return batch_mean(sqrt(div(per_sample_sum(mul(d, d)), den)));
+}
+
+// The mean Huber loss. Huber(d) = 0.5 m^2 + delta (|d| - m), m = min(|d|, delta): exact, without a branch.
+ShardTensor huber_loss(const ShardTensor& pred, const ShardTensor& target, double delta) {
+  const ShardTensor d = sub(pred, target);
+  const ShardTensor a = abs(d);
+  const ShardTensor m = clamp(a, 0.0, delta);
+  const ShardTensor h = add(mul_scalar(mul(m, m), 0.5), mul_scalar(sub(a, m), delta));
+  double points = 1;
+  for (size_t i = 1; i < h.global_shape().size(); ++i) points *= static_cast<double>(h.global_shape()[i]);
+  return batch_mean(mul_scalar(per_sample_sum(h), 1.0 / points));
+}
+
+ShardTensor training_loss(const TrainConfig& c, const ShardTensor& pred, const ShardTensor& target) {
+  switch (c.loss) {
+    case LossKind::relative_l2: return relative_l2_per_sample(pred, target);
+    case LossKind::mse: return mse_loss(pred, target);
+    case LossKind::huber: return huber_loss(pred, target, c.huber_delta);
+  }
+  throw ValueError("shardrt-train: unknown loss");
+}
+
+double peak_mib_over_ranks() {
+  double mine = static_cast<double>(memory_stats(Device::cpu()).peak_bytes) / (1024.0 * 1024.0), most = 0;
+  MPI_Allreduce(&mine, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return most;
+}
+
+// One validation sample's fields in physical units, for the panel.
+struct PanelSample {
+  int64_t height = 0, width = 0;
+  std::vector<float> permeability, pressure, prediction;
+};
+
+// The mean over validation samples of ||pred - true|| / ||true|| of the pressure ("darcy"), in physical units
+// (the normaliser undone). Whole tensors are gathered per batch: validation is small next to training.
+double validate(models::Model& model, data::DarcyLoader& val, const std::optional<data::Normalizer>& norm,
+                int64_t batches, int64_t panel_sample, PanelSample* panel) {
+  NoGradGuard no_grad;
+  val.seek(0);
+  double total = 0;
+  int64_t counted = 0;
+  for (int64_t k = 0; k < batches; ++k) {
+    data::DarcyBatch b = val.next();
+    const ShardTensor pred = model.forward({{"fx", b.permeability}}).at(0);
+    Tensor p = full_tensor(pred).to(DType::f64).contiguous().clone();
+    Tensor t = full_tensor(b.darcy).to(DType::f64).contiguous().clone();
+    if (norm) norm->denormalize("darcy", p), norm->denormalize("darcy", t);
+    const int64_t B = p.size(0), n = p.numel() / B;
+    const double* pp = p.data<double>();
+    const double* tp = t.data<double>();
+    for (int64_t s = 0; s < B; ++s) {
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double d = pp[s * n + i] - tp[s * n + i];
+        num += d * d, den += tp[s * n + i] * tp[s * n + i];
+      }
+      total += den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+      ++counted;
+      if (panel && counted - 1 == panel_sample) {
+        Tensor k_full = full_tensor(b.permeability).to(DType::f64).contiguous().clone();
+        if (norm) norm->denormalize("permeability", k_full);
+        panel->height = val.manifest().resolution, panel->width = val.manifest().resolution;
+        const double* kp = k_full.data<double>();
+        panel->permeability.assign(kp + s * n, kp + (s + 1) * n);
+        panel->pressure.assign(tp + s * n, tp + (s + 1) * n);
+        panel->prediction.assign(pp + s * n, pp + (s + 1) * n);
+      }
+    }
+  }
+  return counted ? total / static_cast<double>(counted) : 0.0;
+}
+
+std::vector<std::string> normalizer_names() {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : data::Normalizer{}.state()) out.push_back(name);
+  return out;
+}
+
+// One checkpoint directory holds everything a resume needs: the optimizer's shards (master weights and state), the
+// normaliser (rank 0 writes it) and the loop's position, committed atomically by save_checkpoint.
+void save_training(const Mesh& mesh, const std::string& dir, const optim::Optimizer& opt,
+                   const std::optional<data::Normalizer>& norm, int64_t step, int64_t loader_position) {
+  CheckpointContents c = opt.checkpoint_contents();
+  c.state["train"] = {{"step", step}, {"loader_position", loader_position}};
+  if (mesh.rank() == 0 && norm)
+    for (const auto& [name, t] : norm->state()) c.ranges.push_back({name, {1}, 0, t.reshape({1})});
+  save_checkpoint(mesh, dir, c);
+}
+
+struct Resumed {
+  int64_t step = 0, loader_position = 0;
+  std::optional<data::Normalizer> normalizer;
+};
+
+Resumed load_training(const Mesh& mesh, const std::string& dir, optim::Optimizer& opt, bool normalize) {
+  std::vector<RangeRequest> requests = opt.checkpoint_requests();
+  const size_t n = requests.size();
+  const std::vector<std::string> names = normalizer_names();
+  if (normalize)
+    for (const std::string& name : names) requests.push_back({name, 0, 1, DType::f64, std::vector<int64_t>{1}});
+  LoadedCheckpoint loaded = load_checkpoint(mesh, dir, requests);
+  Resumed r;
+  agree_or_throw<IoError>(mesh.flat(), loaded.state.contains("train"),
+                          "shardrt-train: --resume: the checkpoint '" + dir +
+                              "' was not written by shardrt-train (its state has no 'train' entry)");
+  r.step = loaded.state["train"]["step"].get<int64_t>();
+  r.loader_position = loaded.state["train"]["loader_position"].get<int64_t>();
+  if (normalize) {
+    std::map<std::string, Tensor> st;
+    for (size_t i = 0; i < names.size(); ++i) st[names[i]] = loaded.values[n + i];
+    r.normalizer = data::Normalizer::from_state(st);
+  }
+  loaded.values.resize(n);
+  opt.load_from(loaded);
+  return r;
+}
+
+}  // namespace
+
+void agree_on(const Communicator& comm, const std::function<void()>& step) {
+  std::string kind = "ValueError", msg;
+  bool ok = true;
+  try {
+    step();
+  } catch (const Error& e) {
+    ok = false, kind = e.kind(), msg = e.what();
+    // "<Kind> [rank N]: text" -> "text": the agreed error states the kind again and which ranks failed.
+    if (msg.starts_with(kind)) {
+      const std::size_t colon = msg.find(": ");
+      if (colon != std::string::npos) msg = msg.substr(colon + 2);
+    }
+  } catch (const std::exception& e) {
+    ok = false, msg = e.what();
+  }
+  const auto agreed_msg = comm.agree(ok, kind + "|" + msg);
+  if (!agreed_msg) return;
+  const std::size_t bar = agreed_msg->find('|');
+  const std::string k = agreed_msg->substr(0, bar), text = agreed_msg->substr(bar + 1);
+  if (k == "IoError") throw IoError(text);
+  if (k == "ShapeError") throw ShapeError(text);
+  if (k == "CommError") throw CommError(text);
+  if (k == "DTypeError") throw DTypeError(text);
+  throw ValueError(text);
+}
+
+double run_training(const TrainConfig& c, const RunOptions& options) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const Mesh start(MPI_COMM_WORLD, 1, world);  // agrees on the setup's verdicts before the real mesh exists
+  agree_or_throw<ValueError>(start.flat(), c.ddp * c.domain == world,
+                             "shardrt-train: mesh " + std::to_string(c.ddp) + "x" + std::to_string(c.domain) +
+                                 " needs " + std::to_string(c.ddp * c.domain) + " ranks but mpiexec started " +
+                                 std::to_string(world) + "; use mpiexec -n " + std::to_string(c.ddp * c.domain) +
+                                 " or --set mesh.ddp=D --set mesh.domain=N with D x N = " + std::to_string(world));
+  const Mesh mesh(MPI_COMM_WORLD, c.ddp, c.domain);
+  const bool root = mesh.rank() == 0;
+  if (root) std::filesystem::create_directories(c.out_dir);
+
+  std::unique_ptr<models::Model> model = agreed(mesh, [&] {
+    return models::build_model(c.model_kind, c.model_args, {c.dtype, c.model_seed});
+  });
+  const data::DarcyManifest train_manifest = agreed(mesh, [&] { return data::load_darcy_manifest(c.train_manifest); });
+  const int64_t R = train_manifest.resolution;
+
+  optim::OptimizerConfig oc = c.optimizer;
+  // The loader's batches per epoch fix an epoch-count run's total, which the schedule needs.
+  const int64_t micro = c.optimizer.accumulation_steps;
+  const int64_t batches_per_epoch = train_manifest.samples / c.ddp;
+  const int64_t total = c.steps > 0 ? c.steps : c.epochs * (batches_per_epoch / micro);
+  agree_or_throw<ValueError>(mesh.flat(), total > 0,
+                             "shardrt-train: epochs " + std::to_string(c.epochs) + " of " +
+                                 std::to_string(batches_per_epoch / micro) + " steps make no step; raise epochs");
+  oc.schedule = agreed(mesh, [&] { return make_schedule(c.schedule, total); });
+  optim::Optimizer opt(mesh, *model, oc);
+
+  Resumed resumed;
+  if (options.resume) {
+    resumed = load_training(mesh, c.checkpoint_dir, opt, c.normalize);
+  } else if (c.normalize) {
+    resumed.normalizer = agreed(mesh, [&] { return std::optional<data::Normalizer>(data::compute_normalizer(c.train_manifest, mesh)); });
+  }
+  const std::optional<data::Normalizer>& norm = resumed.normalizer;
+
+  const Shape fx_shape = data::batch_shape(data::FieldLayout::channels_last, c.ddp, R, R);
+  data::LoaderOptions lo;
+  lo.batch_size = c.ddp;
+  lo.shuffle = c.shuffle;
+  lo.seed = c.data_seed;
+  lo.dtype = c.dtype;
+  lo.placements = model->input_placements("fx", fx_shape, mesh);
+  lo.extents = model->input_extents("fx", fx_shape, mesh);
+  lo.normalizer = norm;
+  auto train = agreed(mesh, [&] { return std::make_unique<data::DarcyLoader>(c.train_manifest, mesh, lo); });
+  train->seek(resumed.loader_position);
+  std::unique_ptr<data::DarcyLoader> val;
+  int64_t val_batches = 0;
+  if (!c.val_manifest.empty()) {
+    data::LoaderOptions vo = lo;
+    vo.shuffle = false;
+    vo.prefetch = false;
+    val = agreed(mesh, [&] { return std::make_unique<data::DarcyLoader>(c.val_manifest, mesh, vo); });
+    agree_or_throw<ValueError>(mesh.flat(), val->manifest().resolution == R,
+                               "shardrt-train: the validation split is " + std::to_string(val->manifest().resolution) +
+                                   "^2 but the training split " + std::to_string(R) + "^2");
+    val_batches = val->batches_per_epoch();
+    if (c.val_samples > 0) val_batches = std::min(val_batches, std::max<int64_t>(1, c.val_samples / c.ddp));
+  }
+
+  const std::string csv_path = c.out_dir + "/metrics.csv";
+  std::unique_ptr<MetricsCsv> csv;
+  if (root) {
+    std::ofstream(c.out_dir + "/config.json") << c.document.dump(2) << "\n";
+    csv = std::make_unique<MetricsCsv>(csv_path, options.resume, resumed.step);
+    std::printf("shardrt-train: %s (%lld parameters, %s) on %s; %lld train samples %lldx%lld; batch %lld (%lld per "
+                "micro-batch x %lld); %s loss; %s %s; %lld steps%s\n",
+                c.model_kind.c_str(), static_cast<long long>(model->num_parameters()), dtype_name(c.dtype),
+                mesh.str().c_str(), static_cast<long long>(train_manifest.samples), static_cast<long long>(R),
+                static_cast<long long>(R), static_cast<long long>(c.batch_size), static_cast<long long>(c.ddp),
+                static_cast<long long>(micro), loss_name(c.loss), optim::algorithm_name(c.optimizer.algorithm),
+                oc.schedule->describe().c_str(), static_cast<long long>(total),
+                options.resume ? (", resumed at step " + std::to_string(resumed.step)).c_str() : "");
+    std::fflush(stdout);
+  }
+  const bool tty = root && (c.progress_bar == "on" || (c.progress_bar == "auto" && ::isatty(STDOUT_FILENO)));
+
+  double last_val = -1, last_loss = 0;
+  PanelSample panel;
+  int64_t step = resumed.step;
+  auto window_start = Clock::now();
+  int64_t window_steps = 0;
+  int64_t epoch = 0;
+  while (step < total) {
+    double loss_sum = 0, lr = 0;
+    for (int64_t k = 0; k < micro; ++k) {
+      data::DarcyBatch b = train->next();
+      epoch = b.epoch;
+      const ShardTensor pred = model->forward({{"fx", b.permeability}}).at(0);
+      const ShardTensor loss = training_loss(c, pred, b.darcy);
+      backward(loss.local());
+      loss_sum += loss.local().item();
+      // The optimizer counts micro-batches: every accumulation_steps-th call updates, with the summed grads / k.
+      if (k == micro - 1) lr = c.base_lr * opt.current_lr_factor();
+      opt.step();
+    }
+    ++step, ++window_steps;
+    const double loss = loss_sum / static_cast<double>(micro);
+    last_loss = loss;
+    // The loss is Replicate (the same on every rank); agreeing anyway keeps a rank-local NaN from going unnoticed.
+    agree_or_throw<ValueError>(mesh.flat(), std::isfinite(loss),
+                               "shardrt-train: the loss is " + std::to_string(loss) + " at step " +
+                                   std::to_string(step) + "; lower optimizer.lr or set optimizer.max_grad_norm");
+    const bool last = step == total;
+    const bool do_val = val && ((c.val_every > 0 && step % c.val_every == 0) || last);
+    const bool do_log = step % c.log_every == 0 || last || do_val;
+    std::optional<double> val_l2;
+    if (do_val) {
+      val_l2 = validate(*model, *val, norm, val_batches, c.panel_sample, last ? &panel : nullptr);
+      last_val = *val_l2;
+    }
+    if (do_log) {
+      const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
+      StepMetrics m;
+      m.step = step, m.epoch = epoch, m.loss = loss, m.lr = lr;
+      m.seconds_per_step = secs / static_cast<double>(window_steps);
+      m.points_per_second = static_cast<double>(c.batch_size * R * R) / m.seconds_per_step;
+      m.peak_mib = peak_mib_over_ranks();
+      m.val_rel_l2 = val_l2;
+      if (root) {
+        csv->write(m);
+        std::printf("%s%s\n", tty ? "\r\033[K" : "", progress_line(m, total).c_str());
+        std::fflush(stdout);
+      }
+      window_start = Clock::now(), window_steps = 0;
+    } else if (tty && step % std::max<int64_t>(1, total / 200) == 0) {  // a few hundred redraws per run at most
+      progress_bar(step, total);
+    }
+    if (c.checkpoint_every > 0 && step % c.checkpoint_every == 0 && !last)
+      save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position());
+    if (options.stop_after > 0 && step == options.stop_after && !last) {
+      save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position());
+      if (root) std::printf("stopped after step %lld; checkpoint %s (continue with --resume)\n",
+                            static_cast<long long>(step), c.checkpoint_dir.c_str());
+      return last_loss;
+    }
+  }
+  save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position());
+  if (root) std::printf("checkpoint: %s (step %lld)\n", c.checkpoint_dir.c_str(), static_cast<long long>(step));
+
+  if (root && c.plots) {
+    // Plots are the last thing and rank 0's alone; a missing gnuplot is reported, and fails the run like any error.
+    const std::string loss_png = c.out_dir + "/loss.png";
+    write_loss_plot(csv_path, loss_png, c.model_kind + " on " + mesh.str());
+    std::printf("loss curves: %s\n", loss_png.c_str());
+    if (!panel.prediction.empty()) {
+      DarcyPanel p;
+      p.height = panel.height, p.width = panel.width;
+      p.permeability.assign(panel.permeability.begin(), panel.permeability.end());
+      p.pressure.assign(panel.pressure.begin(), panel.pressure.end());
+      p.prediction.assign(panel.prediction.begin(), panel.prediction.end());
+      char title[160];
+      std::snprintf(title, sizeof title, "validation sample %lld after %lld steps: relative L2 %.4f",
+                    static_cast<long long>(c.panel_sample), static_cast<long long>(step),
+                    relative_l2(p.prediction, p.pressure));
+      p.title = title;
+      const std::string panel_png = c.out_dir + "/panel.png";
+      write_darcy_panel_png(panel_png, p);
+      std::printf("panel: %s\n", panel_png.c_str());
+    }
+  }
+  if (root && val)
+    std::printf("validation relative L2 (darcy, %lld samples): %.4f\n", static_cast<long long>(val_batches * c.ddp),
+                last_val);
+  return val ? last_val : last_loss;
+}
+
+}  // namespace shardrt::tools

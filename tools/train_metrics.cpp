@@ -1,0 +1,110 @@
+#include "tools/train_metrics.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "runtime/errors.h"
+
+namespace shardrt::tools {
+
+namespace {
+
+std::string duration(double s) {
+  char buf[32];
+  if (!std::isfinite(s) || s < 0) return "?";
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  else std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(s) / 3600, (static_cast<int>(s) / 60) % 60);
+  return buf;
+}
+
+}  // namespace
+
+std::string progress_line(const StepMetrics& m, int64_t total) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "step %5lld/%lld  epoch %3lld  loss %.6g  lr %.3g  %.3f s/step  %.3g points/s  peak %.1f MiB/rank"
+                "  ETA %s",
+                static_cast<long long>(m.step), static_cast<long long>(total), static_cast<long long>(m.epoch), m.loss,
+                m.lr, m.seconds_per_step, m.points_per_second, m.peak_mib,
+                duration(m.seconds_per_step * static_cast<double>(total - m.step)).c_str());
+  std::string s = buf;
+  if (m.val_rel_l2) {
+    std::snprintf(buf, sizeof buf, "  val rel L2 (darcy) %.4f", *m.val_rel_l2);
+    s += buf;
+  }
+  return s;
+}
+
+MetricsCsv::MetricsCsv(const std::string& path, bool append, int64_t resumed_step) : path_(path) {
+  std::vector<std::string> kept;
+  if (append) {  // keep the header and the rows up to the resumed step: a killed run may have logged further
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);)
+      if (kept.empty() || std::atoll(line.c_str()) <= resumed_step) kept.push_back(line);
+  }
+  f_ = std::fopen(path.c_str(), "w");
+  SHARDRT_CHECK(f_ != nullptr, IoError, "shardrt-train: cannot write the metrics file '", path, "'");
+  if (kept.empty()) kept.push_back("step,epoch,loss,lr,s_per_step,points_per_s,peak_mib,val_rel_l2");
+  for (const std::string& l : kept) std::fprintf(f_, "%s\n", l.c_str());
+  std::fflush(f_);
+}
+
+MetricsCsv::~MetricsCsv() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsCsv::write(const StepMetrics& m) {
+  std::fprintf(f_, "%lld,%lld,%.17g,%.17g,%.6g,%.6g,%.3f,", static_cast<long long>(m.step),
+               static_cast<long long>(m.epoch), m.loss, m.lr, m.seconds_per_step, m.points_per_second, m.peak_mib);
+  if (m.val_rel_l2) std::fprintf(f_, "%.17g", *m.val_rel_l2);
+  std::fprintf(f_, "\n");
+  std::fflush(f_);  // a person can follow the file while the run goes on
+}
+
+void progress_bar(int64_t step, int64_t total) {
+  if (total <= 0) return;
+  constexpr int kWidth = 40;
+  const int filled = static_cast<int>(kWidth * step / total);
+  std::printf("\r[%s%s] %lld/%lld", std::string(filled, '#').c_str(), std::string(kWidth - filled, ' ').c_str(),
+              static_cast<long long>(step), static_cast<long long>(total));
+  std::fflush(stdout);
+}
+
+void write_loss_plot(const std::string& csv_path, const std::string& png_path, const std::string& title) {
+  const std::string tmp_png = png_path + ".tmp.png";
+  const std::string script_path = png_path + ".gp";
+  {
+    std::ofstream s(script_path);
+    s << "set terminal pngcairo size 900,500\n"
+      << "set output '" << tmp_png << "'\n"
+      << "set datafile separator ','\n"
+      << "set key top right\nset logscale y\nset grid\n"
+      << "set xlabel 'optimizer step'\nset ylabel 'loss / relative L2'\n"
+      << "set title '" << title << "' noenhanced\n"
+      << "plot '" << csv_path << "' every ::1 using 1:3 with lines lw 2 title 'training loss', \\\n"
+      << "     '' every ::1 using 1:($8 == $8 ? $8 : 1/0) with linespoints pt 7 lw 2 title 'validation relative L2'\n";
+    SHARDRT_CHECK(s.good(), IoError, "shardrt-train: cannot write the gnuplot script '", script_path, "'");
+  }
+  const char* env = std::getenv("SHARDRT_GNUPLOT");
+  const std::string program = env && *env ? env : "gnuplot";
+  const std::string command = program + " '" + script_path + "' 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  SHARDRT_CHECK(pipe != nullptr, IoError, "shardrt-train: cannot run '", program, "' for the loss plot");
+  std::string said;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, pipe)) said += buf;
+  const int status = ::pclose(pipe);
+  std::filesystem::remove(script_path);
+  SHARDRT_CHECK(status == 0 && std::filesystem::exists(tmp_png), IoError, "shardrt-train: gnuplot failed on the loss",
+                " plot (install gnuplot-nox or set SHARDRT_GNUPLOT): ", said);
+  std::filesystem::rename(tmp_png, png_path);
+}
+
+}  // namespace shardrt::tools

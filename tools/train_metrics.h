@@ -1,0 +1,45 @@
+// What shardrt-train shows and records (rank 0 only): the progress lines, a progress bar on a terminal, the CSV of
+// metrics, and the loss curves drawn by gnuplot at the end.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+namespace shardrt::tools {
+
+struct StepMetrics {
+  int64_t step = 0;  // optimizer steps taken, after this one
+  int64_t epoch = 0;
+  double loss = 0, lr = 0;
+  double seconds_per_step = 0;  // over the steps since the last line
+  double points_per_second = 0;
+  double peak_mib = 0;             // the largest of the ranks' peak allocator bytes
+  std::optional<double> val_rel_l2;  // set on validation steps
+};
+
+// One line a person reads: step, epoch, loss, lr, s/step, points/s, peak MiB per rank, ETA.
+std::string progress_line(const StepMetrics& m, int64_t total_steps);
+
+// The CSV: step,epoch,loss,lr,s_per_step,points_per_s,peak_mib,val_rel_l2 (val_rel_l2 empty off validation
+// steps). append: a resumed run continues the file (rows past the resumed step are dropped first).
+class MetricsCsv {
+ public:
+  MetricsCsv(const std::string& path, bool append, int64_t resumed_step);
+  ~MetricsCsv();
+  void write(const StepMetrics& m);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  FILE* f_ = nullptr;
+};
+
+// A bar on the current line ("\r[#####     ] 120/400"); the caller decides when (log.progress_bar).
+void progress_bar(int64_t step, int64_t total_steps);
+
+// The loss curves (training loss per step, validation relative L2) from the CSV, as a PNG through gnuplot
+// ($SHARDRT_GNUPLOT or gnuplot). IoError with gnuplot's output when it fails.
+void write_loss_plot(const std::string& csv_path, const std::string& png_path, const std::string& title);
+
+}  // namespace shardrt::tools
