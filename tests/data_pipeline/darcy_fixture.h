@@ -33,11 +33,19 @@ inline data::DarcyConfig small_exact_config() {
   return c;
 }
 
+// A folder removed when the process exits, so test runs leave nothing behind in the temp directory.
+struct RemovedAtExit {
+  std::string path;
+  ~RemovedAtExit() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
 inline const std::string& small_train_manifest() {
-  static const std::string path = [] {
-    const std::string dir = darcy_test_dir("loader");
-    return data::write_darcy_split(small_exact_config(), dir, "train", 0, 10, 4).manifest_path;
-  }();
+  static const RemovedAtExit dir{darcy_test_dir("loader")};
+  static const std::string path =
+      data::write_darcy_split(small_exact_config(), dir.path, "train", 0, 10, 4).manifest_path;
   return path;
 }
 
