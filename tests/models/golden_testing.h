@@ -116,26 +116,26 @@ inline void check_golden_serial(const Golden& g, double rtol = 1e-9) {
   }
 }
 
-// The model on `mesh` against the serial fp64 oracle, every input laid out by model.input_placements and
-// input_extents (or with `extents[name]`, one vector per mesh axis, for caller decompositions). Returns check_sharded's verdict.
-inline ShardedCheckResult check_golden_sharded(const Mesh& mesh, const Golden& g,
-                                               const std::map<std::string, AxisExtents>& extents = {},
-                                               double tol = 1e-10) {
-  auto model = golden_model(g);
+// A model built from golden `g` (by golden_model, or by the caller with output flags or a noise source set) on
+// `mesh` against the serial fp64 oracle, every input laid out by model.input_placements and input_extents (or
+// with `extents[name]`, one vector per mesh axis, for caller decompositions). Returns check_sharded's verdict.
+inline ShardedCheckResult check_model_sharded(const Mesh& mesh, const Golden& g, models::Model& model,
+                                              const std::map<std::string, AxisExtents>& extents = {},
+                                              double tol = 1e-10) {
+  models::Model* m = &model;
   ShardedCase c;
   c.name = g.name;
   for (const std::string& name : g.input_names) {
     const Tensor& full = g.inputs.at(name);
     c.inputs.push_back(full);
-    c.placements.push_back(model->input_placements(name, full.shape(), mesh));
+    c.placements.push_back(m->input_placements(name, full.shape(), mesh));
     auto e = extents.find(name);
-    c.extents.push_back(e == extents.end() ? model->input_extents(name, full.shape(), mesh) : e->second);
+    c.extents.push_back(e == extents.end() ? m->input_extents(name, full.shape(), mesh) : e->second);
     c.input_requires_grad.push_back(g.grad_inputs.count(name) != 0);
   }
-  c.params = model->parameters();
+  c.params = m->parameters();
   c.atol = tol;
   c.rtol = tol;
-  models::Model* m = model.get();
   ShardedFn fn = [&](const std::vector<ShardTensor>& ins, const std::vector<Tensor>& params) {
     m->bind_parameters(params);
     std::map<std::string, ShardTensor> named;
@@ -143,6 +143,14 @@ inline ShardedCheckResult check_golden_sharded(const Mesh& mesh, const Golden& g
     return m->forward(named);
   };
   return check_sharded(mesh, fn, c);
+}
+
+// The same for the model golden_model(g) builds.
+inline ShardedCheckResult check_golden_sharded(const Mesh& mesh, const Golden& g,
+                                               const std::map<std::string, AxisExtents>& extents = {},
+                                               double tol = 1e-10) {
+  auto model = golden_model(g);
+  return check_model_sharded(mesh, g, *model, extents, tol);
 }
 
 }  // namespace shardrt::test

@@ -4,7 +4,6 @@
 // features included in backward; the exact collectives of a GALE block and of the context; typed errors for bad
 // inputs. The state_dict keys are checked in test_geotransolver_keys.cpp.
 #include <catch2/catch.hpp>
-#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,7 +30,6 @@ const std::vector<std::string> kGoldens = {"geotransolver_gale_weighted", "geotr
                                            "geotransolver_structured2d", "geotransolver_local",
                                            "geotransolver_two_streams"};
 
-bool golden_exists(const std::string& name) { return std::filesystem::exists(golden_path(name)); }
 
 GeoGolden load_geo_golden(const std::string& name) {
   GeoGolden out;
@@ -148,28 +146,8 @@ std::map<std::string, AxisExtents> two_cloud_extents(const GeoTransolver& m, con
 
 ShardedCheckResult check_geo_sharded(const Mesh& mesh, const GeoGolden& gg,
                                      const std::map<std::string, AxisExtents>& extents) {
-  const Golden& g = gg.g;
   auto model = geo_model(gg);
-  ShardedCase c;
-  c.name = g.name;
-  for (const std::string& name : g.input_names) {
-    const Tensor& full = g.inputs.at(name);
-    c.inputs.push_back(full);
-    c.placements.push_back(model->input_placements(name, full.shape(), mesh));
-    auto e = extents.find(name);
-    c.extents.push_back(e == extents.end() ? model->input_extents(name, full.shape(), mesh) : e->second);
-    c.input_requires_grad.push_back(g.grad_inputs.count(name) != 0);
-  }
-  c.params = model->parameters();
-  c.atol = c.rtol = 1e-10;
-  GeoTransolver* m = model.get();
-  const ShardedFn fn = [&](const std::vector<ShardTensor>& ins, const std::vector<Tensor>& params) {
-    m->bind_parameters(params);
-    std::map<std::string, ShardTensor> named;
-    for (size_t i = 0; i < ins.size(); ++i) named[g.input_names[i]] = ins[i];
-    return m->forward(named);
-  };
-  return check_sharded(mesh, fn, c);
+  return check_model_sharded(mesh, gg.g, *model, extents, 1e-10);
 }
 
 }  // namespace
@@ -178,10 +156,6 @@ TEST_CASE("geotransolver: goldens serial against PhysicsNeMo at 1e-9 (GALE weigh
           "2-D, local features, two streams with plus)", "[models]") {
   for (const std::string& name : kGoldens) {
     INFO(name);
-    if (!golden_exists(name)) {
-      WARN("golden " << golden_path(name) << " is not there yet (tools/golden/make_goldens.py makes it)");
-      continue;
-    }
     check_geo_serial(load_geo_golden(name), 1e-9);
   }
 }
@@ -193,7 +167,6 @@ TEST_CASE("geotransolver: goldens sharded against the serial oracle, the streams
   if (world_size() == 4) meshes.push_back(Mesh(MPI_COMM_WORLD, 2, 2, own_ledger()));
   for (const Mesh& mesh : meshes)
     for (const std::string& name : kGoldens) {
-      if (!golden_exists(name)) continue;
       const GeoGolden gg = load_geo_golden(name);
       auto m = geo_model(gg);
       INFO(name << " on " << mesh.str());
