@@ -61,46 +61,8 @@ std::unique_ptr<GeoTransolver> geo_model(const GeoGolden& gg) {
 
 // One rank: outputs, input grads and every parameter grad against PhysicsNeMo's.
 void check_geo_serial(const GeoGolden& gg, double rtol) {
-  const Golden& g = gg.g;
   auto model = geo_model(gg);
-  const Mesh serial(MPI_COMM_SELF, 1, 1);
-  std::map<std::string, ShardTensor> ins;
-  std::map<std::string, Tensor> leaves;
-  for (const auto& [name, full] : g.inputs) {
-    Tensor leaf = full.clone();
-    if (g.grad_inputs.count(name)) set_requires_grad(leaf);
-    leaves[name] = leaf;
-    ins[name] = from_local(leaf, serial, Placements(serial.ndim(), Placement::Replicate()));
-  }
-  const std::vector<ShardTensor> out = model->forward(ins);
-  REQUIRE(out.size() == gg.outputs.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    INFO(g.name << ": output " << i);
-    CHECK(rel_error(full_tensor(out[i]), gg.outputs[i]) <= rtol);
-  }
-  backward_global(out, gg.grad_outputs);
-  for (const auto& [name, want] : g.grad_inputs) {
-    INFO(g.name << ": grad of input " << name);
-    REQUIRE(grad_of(leaves.at(name)).defined());
-    CHECK(rel_error(grad_of(leaves.at(name)), want) <= rtol);
-  }
-  const auto params = model->named_parameters();
-  CHECK(params.size() == g.grads.size());
-  double largest = 0;
-  for (const auto& [name, want] : g.grads)
-    for (double v : want.to_vector()) largest = std::fmax(largest, std::fabs(v));
-  for (const auto& [name, p] : params) {
-    INFO(g.name << ": grad of parameter " << name);
-    REQUIRE(g.grads.count(name));
-    REQUIRE(grad_of(p).defined());
-    const Tensor& want = g.grads.at(name);
-    double scale = 0;
-    for (double v : want.to_vector()) scale = std::fmax(scale, std::fabs(v));
-    // cross_k's bias adds q·b to every key of a query alike, which the softmax cancels: its grad is zero in exact
-    // arithmetic and round-off on both sides. Such a grad is compared absolutely, at the round-off of the others.
-    if (scale < 1e-12 * largest) CHECK(rel_error(grad_of(p), want) * scale <= 1e-12 * largest);
-    else CHECK(rel_error(grad_of(p), want) <= rtol);
-  }
+  check_model_serial(*model, gg.g, gg.outputs, gg.grad_outputs, rtol);
 }
 
 // A split of `len` over `n` ranks unlike split_extents: a third, then the rest on two ranks; a zero-size shard at
