@@ -62,10 +62,10 @@ int run(int rank, int ranks, char** argv) {
   for (int r = 0; r < rank; ++r) start += extents[r];
   const int64_t n = extents[rank];
 
-  // The model's own placements for a point set on this mesh (samples replicated, points sharded over domain), with
-  // the caller's extents: from_local takes any decomposition as it is.
+  // The model's own placements for a point set on this mesh (samples over ddp, points over domain), with the
+  // caller's extents: from_local takes any decomposition as it is. (One ddp group here: it holds every sample.)
   const Placements placements = models::samples_and_domain(mesh, /*domain_dim=*/1);
-  const AxisExtents axis_extents = {{}, extents};
+  const AxisExtents axis_extents = {{inputs.get("fx").shape()[0]}, extents};
   std::map<std::string, ShardTensor> sharded;
   for (const std::string name : {"fx", "embedding"})
     sharded[name] = from_local(inputs.get(name).narrow(1, start, n).contiguous(), mesh, placements, axis_extents);
