@@ -28,8 +28,8 @@
 #include <mpi.h>
 #include <shardrt.h>
 
-#define NX 26
-#define NY 16
+#define NX 40
+#define NY 24
 #define SKIP 4
 #define ALPHA 0.2 /* alpha dt / h^2: stable below 0.25 */
 #define PI 3.14159265358979323846
@@ -38,7 +38,7 @@ static const char* kFlare =
     "{\"functional_dim\": 1, \"out_dim\": 1, \"embedding_dim\": 2, \"n_layers\": 1, \"n_hidden\": 16, "
     "\"n_head\": 2, \"mlp_ratio\": 1, \"slice_num\": 4}";
 static const char* kOptimizer =
-    "{\"optimizer\": {\"algorithm\": \"adamw\", \"lr\": 0.005, \"weight_decay\": 0.0}, \"loss\": {\"kind\": \"mse\"}}";
+    "{\"optimizer\": {\"algorithm\": \"adamw\", \"lr\": 0.01, \"weight_decay\": 0.0}, \"loss\": {\"kind\": \"mse\"}}";
 
 /* Every ShardRT call goes through this: on failure the message names the call, the shapes and the rank. */
 #define SRT(call)                                                                                     \
@@ -102,7 +102,7 @@ static void initial_field(Slab* s, int episode) {
 }
 
 int main(int argc, char** argv) {
-  int train_pairs = argc > 1 ? atoi(argv[1]) : 24, infer_jumps = argc > 2 ? atoi(argv[2]) : 3;
+  int train_pairs = argc > 1 ? atoi(argv[1]) : 40, infer_jumps = argc > 2 ? atoi(argv[2]) : 3;
   int k, i, j, m;
   Slab s;
   double loss = 0.0, err_local[2] = {0.0, 0.0}, err[2];

@@ -5,7 +5,7 @@
 set -eu
 mpirun="$1" exe="$2" n="$3"
 final_loss() {
-  out=$("$mpirun" "$1" "$exe" 24 3) || { echo "$out"; echo "heat_insitu failed on $1 ranks" >&2; exit 1; }
+  out=$("$mpirun" "$1" "$exe" 40 3) || { echo "$out"; echo "heat_insitu failed on $1 ranks" >&2; exit 1; }
   echo "$out" >&2
   echo "$out" | sed -n 's/^final loss //p'
 }
