@@ -77,12 +77,12 @@ module shardrt
   public :: shardrt_context_copies, shardrt_mesh_create, shardrt_mesh_destroy, shardrt_mesh_info
   public :: shardrt_mesh_comm_counts, shardrt_mesh_comm_reset, shardrt_tensor_wrap, shardrt_tensor_destroy
   public :: shardrt_tensor_shape, shardrt_tensor_dtype, shardrt_tensor_is_contiguous, shardrt_tensor_copies
-  public :: shardrt_sharded_create, shardrt_sharded_destroy, shardrt_sharded_global_shape, shardrt_sharded_is_copy
-  public :: shardrt_model_create, shardrt_model_destroy, shardrt_model_num_parameters, shardrt_model_set_input
-  public :: shardrt_model_clear_inputs, shardrt_model_forward, shardrt_model_backward, shardrt_model_input_grad
-  public :: shardrt_model_zero_grad, shardrt_model_export, shardrt_optimizer_create, shardrt_optimizer_destroy
-  public :: shardrt_optimizer_step, shardrt_optimizer_steps, shardrt_train_step, shardrt_checkpoint_save
-  public :: shardrt_checkpoint_load
+  public :: shardrt_sharded_create, shardrt_sharded_create_points, shardrt_sharded_destroy, shardrt_sharded_global_shape
+  public :: shardrt_sharded_is_copy, shardrt_model_create, shardrt_model_destroy, shardrt_model_num_parameters
+  public :: shardrt_model_set_input, shardrt_model_clear_inputs, shardrt_model_forward, shardrt_model_backward
+  public :: shardrt_model_input_grad, shardrt_model_zero_grad, shardrt_model_export, shardrt_optimizer_create
+  public :: shardrt_optimizer_destroy, shardrt_optimizer_step, shardrt_optimizer_steps, shardrt_train_step
+  public :: shardrt_checkpoint_save, shardrt_checkpoint_load
 
   ! One generic name for every real kind and rank (1..5) of array.
   interface shardrt_tensor_from_array
@@ -200,6 +200,16 @@ module shardrt
     end function
     integer(c_int) function c_shardrt_sharded_create(out, mesh, local, ndim, global_shape, offsets) bind(C, &
         name="shardrt_sharded_create")
+      import
+      type(shardrt_sharded), intent(out) :: out
+      type(shardrt_mesh), value, intent(in) :: mesh
+      type(shardrt_tensor), value, intent(in) :: local
+      integer(c_int), value, intent(in) :: ndim
+      integer(c_int64_t), intent(in) :: global_shape(*)
+      integer(c_int64_t), intent(in) :: offsets(*)
+    end function
+    integer(c_int) function c_shardrt_sharded_create_points(out, mesh, local, ndim, global_shape, &
+        offsets) bind(C, name="shardrt_sharded_create_points")
       import
       type(shardrt_sharded), intent(out) :: out
       type(shardrt_mesh), value, intent(in) :: mesh
@@ -652,6 +662,19 @@ contains
     status = c_shardrt_sharded_create(out, mesh, local, ndim, global_shape, offsets)
     call report(status, "shardrt_sharded_create", stat)
   end subroutine shardrt_sharded_create
+
+  subroutine shardrt_sharded_create_points(out, mesh, local, ndim, global_shape, offsets, stat)
+    type(shardrt_sharded), intent(out) :: out
+    type(shardrt_mesh), intent(in) :: mesh
+    type(shardrt_tensor), intent(in) :: local
+    integer(c_int), intent(in) :: ndim
+    integer(c_int64_t), intent(in) :: global_shape(:)
+    integer(c_int64_t), intent(in) :: offsets(:)
+    integer, intent(out), optional :: stat
+    integer(c_int) :: status
+    status = c_shardrt_sharded_create_points(out, mesh, local, ndim, global_shape, offsets)
+    call report(status, "shardrt_sharded_create_points", stat)
+  end subroutine shardrt_sharded_create_points
 
   subroutine shardrt_sharded_destroy(s, stat)
     type(shardrt_sharded), intent(in) :: s

@@ -172,38 +172,46 @@ shardrt_status shardrt_tensor_copies(shardrt_tensor t, int64_t* count, int64_t* 
 /* ---- sharded tensors: this rank's subdomain of a global field ------------------------------------------------ */
 
 /* Declares that `local` (this rank's piece, shape n[0..ndim-1]) is the box [offsets[k], offsets[k] + n[k]) of a
- * global tensor of `global_shape`. Collective over the mesh: one all-gather of (offsets, n) per rank, then every
- * rank checks the same thing and reaches the same verdict.
+ * global tensor of `global_shape`. Collective over the mesh: one all-gather of (offsets, n) per rank (26 integers),
+ * then every rank checks the same table and reaches the same verdict.
  *   dim 0 is the sample dim: the ranks of one domain group state the same samples, and the ddp groups split
- *     global_shape[0] among them (offsets[0] = the group's first sample).
- *   the other dims are this sample's box: the `domain` ranks of a group must tile the global box exactly, each
- *     element held by exactly one rank (zero-size boxes allowed). Boxes that overlap, leave a hole, or go outside
- *     the global shape are SHARDRT_ERR_SHAPE naming the ranks and their boxes.
- * How the model sees it:
- *   - no dim split over the domain group: replicated (every rank holds the whole sample, e.g. a time value);
- *   - one dim split (slabs of a structured grid, or a point set split into contiguous ranges): sharded along that
- *     dim, the ranks' boxes in domain-rank order along it (offsets must increase with the domain index);
- *   - several dims split (2-D / 3-D blocks): the dims 1..ndim-2 are flattened into one point dim, each rank's
- *     points in the order of its own box and the ranks in domain-rank order; the last dim stays the channels. A
- *     point-set model (FLARE with fx (B, N, C)) then runs on it without any rank holding the global grid. The
- *     flattening is zero-copy when the local tensor is contiguous, a counted copy otherwise (copy policy).
+ *     global_shape[0] among them in ddp order (offsets[0] = the group's first sample).
+ *   the other dims are the sample's box: the `domain` ranks of a group must tile it exactly, each element held by
+ *     exactly one rank (zero-size boxes allowed), and every ddp group alike. Boxes that overlap, leave a hole, or
+ *     go outside the global shape are SHARDRT_ERR_SHAPE naming the ranks and their boxes; so is a global shape that
+ *     differs between ranks.
+ * The model sees the tensor as it is, split along at most one dim (slabs of a structured grid, a point set split
+ * into contiguous ranges): the ranks' boxes in domain-rank order along it (offsets must increase with the domain
+ * index). No split dim: replicated over the domain group (every rank holds the whole sample, e.g. a time value).
  * Halo cells of the code's arrays are skipped by wrapping only the interior: point `data` at the first interior
- * element and pass the strides of the whole array (with halos) to shardrt_tensor_wrap. */
+ * element and pass the strides of the whole array (with its halos) to shardrt_tensor_wrap; no copy is made. */
 shardrt_status shardrt_sharded_create(shardrt_sharded* out, shardrt_mesh mesh, shardrt_tensor local, int ndim,
                                       const int64_t* global_shape, const int64_t* offsets);
+/* The same for a point-set model (FLARE with fx (B, N, C)) on any block decomposition (1-D, 2-D or 3-D blocks of a
+ * structured grid, or points): `local` is (samples, grid dims..., channels) with ndim >= 3, and the grid dims
+ * 1..ndim-2 are flattened into one point dim: each rank's points in its own box's row-major order, the ranks in
+ * domain-rank order, so no rank ever holds the global grid. The channels (last dim) must not be split. The
+ * flattening is a view when the local tensor's strides allow it; otherwise (a halo-skipping view of a 2-D/3-D
+ * block) every use goes through a buffer, counted as a copy under the tensor's copy policy (refused here with
+ * SHARDRT_ERR_COPY_FORBIDDEN when it forbids copies). Outputs written into such a tensor come back in the same
+ * layout, into the caller's memory. */
+shardrt_status shardrt_sharded_create_points(shardrt_sharded* out, shardrt_mesh mesh, shardrt_tensor local,
+                                             int ndim, const int64_t* global_shape, const int64_t* offsets);
 shardrt_status shardrt_sharded_destroy(shardrt_sharded s);
 /* The global shape as the model sees it (after any flattening): ndim, then up to `cap` entries. */
 shardrt_status shardrt_sharded_global_shape(shardrt_sharded s, int* ndim, int64_t* shape, int cap);
-/* 1 when using this sharded tensor needed a copy of the caller's memory (a strided local flattened). */
+/* 1 when every use of this sharded tensor goes through a copy of the caller's memory (a strided block flattened
+ * into points by shardrt_sharded_create_points). */
 shardrt_status shardrt_sharded_is_copy(shardrt_sharded s, int* copied);
 
 /* ---- models ------------------------------------------------------------------------------------------------- */
 
 /* Builds bundled model `kind` ("flare", "vit", "geotransolver") on `mesh` (collective). `config`: PhysicsNeMo's
  * constructor arguments as a JSON object, given either inline (text starting with '{') or as a file path.
- * `weights`: a .safetensors, PhysicsNeMo .mdlus or torch .pt/.pth file whose keys must match the model exactly
- * (a checkpoint of another model or config is SHARDRT_ERR_IO or SHARDRT_ERR_VALUE naming the keys), or NULL/""
- * for the model's own seeded initialisation (`seed`). `dtype`: SHARDRT_F32 or SHARDRT_F64 (parameters and
+ * `weights`: a .safetensors, PhysicsNeMo .mdlus or torch .pt/.pth file whose keys and shapes must match the model
+ * exactly (a checkpoint of another model or config is SHARDRT_ERR_VALUE naming the keys; an .mdlus of another
+ * PhysicsNeMo class SHARDRT_ERR_IO; a missing or malformed file SHARDRT_ERR_IO), or NULL/"" for the model's own
+ * seeded initialisation (`seed`). `dtype`: SHARDRT_F32 or SHARDRT_F64 (parameters and
  * compute). Several models may live at once, on the same or different meshes. */
 shardrt_status shardrt_model_create(shardrt_model* out, shardrt_mesh mesh, const char* kind, const char* config,
                                     const char* weights, shardrt_dtype dtype, uint64_t seed);

@@ -6,9 +6,9 @@
  * PETSc splits over the ranks in its own uneven ownership ranges (DMDAGetOwnershipRanges). Each training step
  * makes a new source f, solves for u with PETSc's KSP, and trains a FLARE surrogate of the solve in situ on the
  * pair: f and u are the DMDA vectors' own local arrays (VecGetArray), wrapped zero-copy, and each rank's box is
- * the DMDA's corners (DMDAGetCorners), passed straight to shardrt_sharded_create. Then the surrogate answers one
- * more source in place of a KSP solve. The loss of each step is printed ("loss <step> <value>"): it is the same on
- * any number of ranks up to the solver's tolerance (tests/install compares 1..4 ranks). */
+ * the DMDA's corners (DMDAGetCorners), passed straight to shardrt_sharded_create_points. Then the surrogate answers one
+ * more source in place of a KSP solve. The loss of each step is printed, and the last one as "final loss": it is the
+ * same on any number of ranks up to the solver's tolerance (examples/parity.sh compares 1..4 ranks). */
 #include <math.h>
 #include <petscdmda.h>
 #include <petscksp.h>
@@ -101,7 +101,7 @@ static int wrap_vec(shardrt_context ctx, shardrt_mesh mesh, double* data, PetscI
   const int64_t shape[4] = {1, ym, xm, channels}, global[4] = {1, MY, MX, channels}, offsets[4] = {0, ys, xs, 0};
   SR(shardrt_tensor_wrap(t, ctx, data, SHARDRT_F64, 4, shape, NULL, SHARDRT_LAYOUT_ROW_MAJOR, SHARDRT_DEVICE_CPU,
                          SHARDRT_COPY_FORBID));
-  SR(shardrt_sharded_create(s, mesh, *t, 4, global, offsets));
+  SR(shardrt_sharded_create_points(s, mesh, *t, 4, global, offsets));
   return 0;
 }
 
@@ -175,14 +175,15 @@ static int run(int train_steps) {
   SR(shardrt_model_set_input(model, "fx", sf));
   SR(shardrt_model_set_input(model, "embedding", se));
 
+  double loss = 0;
   for (int step = 1; step <= train_steps; ++step) {
     PetscCall(fill_source(da, f, step));
     PetscCall(boundary_rhs(da, f, b));
     PetscCall(KSPSolve(ksp, b, u));
-    double loss = 0;
     SR(shardrt_train_step(opt, su, &loss));
-    if (rank == 0) printf("loss %d %.16e\n", step, loss);
+    if (rank == 0) printf("step %d loss %.6e\n", step, loss);
   }
+  if (rank == 0) printf("final loss %.17g\n", loss);
 
   /* One more source: the surrogate's answer next to KSP's. */
   Vec pred;
