@@ -126,16 +126,16 @@ program heat_blocks
   call shardrt_mesh_comm_counts(mesh, "all_gather", calls, gathered)
   call shardrt_mesh_comm_counts(mesh, "all_gather_v", calls, v_bytes)
   if (gathered > 4 * 26 * 8 * (ranks - 1) .or. v_bytes /= 0 .or. gathered >= int(NX, int64) * NY * 8) then
-    write (error_unit, '(a, i0, a, i0, a, i0, a)') "heat_blocks: rank ", rank, " gathered ", gathered, " + ", &
+    write (error_unit, '(*(g0))') "heat_blocks: rank ", rank, " gathered ", gathered, " + ", &
       v_bytes, " bytes: more than the box descriptions"
     error stop 3
   end if
   if (rank == 0) then
-    write (*, '(a, i0, a, i0, a, i0, a, i0, a, i0, a)') "blocks: ", dims(1), " x ", dims(2), &
+    write (*, '(*(g0))') "blocks: ", dims(1), " x ", dims(2), &
       "; rank 0 holds [", i0, ", ", i0 + ni, ") x [", j0, ", ", j0 + nj, ")"
-    write (*, '(a, i0, a, i0, a, f7.4)') "surrogate relative L2 error over ", infer_jumps, " jumps of ", SKIP, &
+    write (*, '(a, i0, a, i0, a, f0.4)') "surrogate relative L2 error over ", infer_jumps, " jumps of ", SKIP, &
       " steps: ", sqrt(err(1) / err(2))
-    write (*, '(a, i0, a, i0, a)') "gathered by collectives: ", gathered, " bytes (box descriptions only; the field is ", &
+    write (*, '(*(g0))') "gathered by collectives: ", gathered, " bytes (box descriptions only; the field is ", &
       NX * NY * 8, " bytes)"
     write (*, '(a, es24.17)') "final loss ", loss
   end if
