@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build into a scratch DESTDIR, then builds programs against the INSTALLED library from outside the
 # source tree, the way simulation codes do, and runs them:
-#   pkgconfig  tests/install/consumer.cpp and the examples (examples/Makefile) through `pkg-config shardrt`
+#   pkgconfig  the examples (examples/Makefile: C, C++, Fortran, PETSc) through `pkg-config shardrt` and
+#              `shardrt-fortran`, each run once on 2 ranks (the C++ one checks its output against PhysicsNeMo's)
 #   cmake      the examples through find_package(ShardRT) (examples/CMakeLists.txt), then their ctest entries:
 #              every example under mpiexec -n 1..4 with its parity check
 #   meson      tests/install/meson: dependency('shardrt') found installed, and the same project with ShardRT as a
@@ -30,8 +31,6 @@ mpi_run() { timeout -k 5 60 mpiexec --oversubscribe --bind-to none "$@" </dev/nu
 
 case "$kind" in
 pkgconfig)
-  c++ -std=c++20 "$src/tests/install/consumer.cpp" $(pkg-config --cflags --libs shardrt) -o "$work/consumer"
-  "$work/consumer"
   mkdir -p "$work/examples"
   make -s -C "$src/examples" O="$work/examples" OPT=-O0 -j2  # -O0: the examples spend their time in libshardrt
   # One run each (the cmake check runs them on 1..4 ranks).
