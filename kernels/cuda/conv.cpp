@@ -120,10 +120,11 @@ template <typename T>
 constexpr cudnnDataType_t kDataType = sizeof(T) == sizeof(double) ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 
 // Whether cuDNN may use an algorithm: reproducible (no atomics) and without tensor-core rounding, so f32 stays
-// f32 (TF32 would differ from the CPU in the fourth digit).
-bool acceptable(cudnnStatus_t status, cudnnDeterminism_t determinism, cudnnMathType_t math) {
-  return status == CUDNN_STATUS_SUCCESS && determinism == CUDNN_DETERMINISTIC &&
-         (math == CUDNN_FMA_MATH || math == CUDNN_DEFAULT_MATH);
+// f32 (TF32 would differ from the CPU in the fourth digit). CUDNN_DEFAULT_MATH permits TF32 for f32 data on Ampere
+// and later, so for f32 only FMA math is taken; f64 has no tensor-core path to avoid.
+bool acceptable(cudnnDataType_t type, cudnnStatus_t status, cudnnDeterminism_t determinism, cudnnMathType_t math) {
+  const bool fma_only = math == CUDNN_FMA_MATH || (math == CUDNN_DEFAULT_MATH && type == CUDNN_DATA_DOUBLE);
+  return status == CUDNN_STATUS_SUCCESS && determinism == CUDNN_DETERMINISTIC && fma_only;
 }
 
 struct Plan {
@@ -188,7 +189,7 @@ Plan make_plan(cudnnHandle_t handle, const Problem& p, const char* op, const Con
                 "cudnnGetConvolutionForwardAlgorithm_v7", op, g);
     plan.forward = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     for (int i = 0; i < n; ++i) {
-      if (acceptable(perf[i].status, perf[i].determinism, perf[i].mathType)) {
+      if (acceptable(type, perf[i].status, perf[i].determinism, perf[i].mathType)) {
         plan.forward = perf[i].algo;
         break;
       }
@@ -205,7 +206,7 @@ Plan make_plan(cudnnHandle_t handle, const Problem& p, const char* op, const Con
                 "cudnnGetConvolutionBackwardDataAlgorithm_v7", op, g);
     plan.backward_data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;  // deterministic, supports every problem
     for (int i = 0; i < n; ++i) {
-      if (acceptable(perf[i].status, perf[i].determinism, perf[i].mathType)) {
+      if (acceptable(type, perf[i].status, perf[i].determinism, perf[i].mathType)) {
         plan.backward_data = perf[i].algo;
         break;
       }
@@ -222,7 +223,7 @@ Plan make_plan(cudnnHandle_t handle, const Problem& p, const char* op, const Con
                 "cudnnGetConvolutionBackwardFilterAlgorithm_v7", op, g);
     plan.backward_filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;  // deterministic, supports every problem
     for (int i = 0; i < n; ++i) {
-      if (acceptable(perf[i].status, perf[i].determinism, perf[i].mathType)) {
+      if (acceptable(type, perf[i].status, perf[i].determinism, perf[i].mathType)) {
         plan.backward_filter = perf[i].algo;
         break;
       }
