@@ -69,7 +69,7 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 // y = x W^T + b over the last dim of x; W is (out, in); bias (out) may be undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
-// ---- normalisation (ops/norm.cpp) (layer_norm: cpu, cuda; group_norm: cpu) ------------------------------
+// ---- normalisation (ops/norm.cpp) (cpu, cuda) ------------------------------------------------------------
 // Normalises over the trailing dims whose sizes are `normalized_shape`; weight/bias have that shape or are undefined.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
@@ -86,7 +86,8 @@ struct AttentionOutput {
 // block by block (the Nq x Nk matrix is never formed).
 AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
 
-// ---- convolution, pooling, upsampling (ops/conv.cpp, ops/pool.cpp, ops/upsample.cpp) (cpu) ----------------
+// ---- convolution, pooling, upsampling (ops/conv.cpp, ops/pool.cpp, ops/upsample.cpp) (cpu, cuda) ----------
+// On CUDA, convolutions run through cuDNN (kernels/cuda/conv.h).
 // x (B, Cin, *spatial) with 1-3 spatial dims; w (Cout, Cin, *kernel); bias (Cout) or undefined.
 // stride/padding/dilation have one entry per spatial dim (or one entry used for all).
 Tensor conv(const Tensor& x, const Tensor& w, const Tensor& bias, const std::vector<int64_t>& stride = {1},
@@ -109,7 +110,8 @@ Tensor upsample_linear(const Tensor& x, const std::vector<int64_t>& out_size, bo
 
 // ---- shape and indexing (ops/shape.cpp, ops/index.cpp) ----------------------------------------------------
 // Views, contiguous, cat and split: (cpu, cuda), through the runtime's copies. pad, index_select, gather and
-// scatter_add: (cpu).
+// scatter_add: (cpu, cuda); a CUDA index is copied to the host once to check its values, and the CUDA scatters are
+// deterministic (kernels/cuda/index.h).
 // Differentiable versions of the Tensor view methods (outputs are views where the Tensor method gives one).
 Tensor reshape(const Tensor& x, const Shape& shape);
 Tensor view(const Tensor& x, const Shape& shape);

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "autograd/ops.h"
 #include "autograd/tape.h"
@@ -142,6 +144,19 @@ void run_backward(const std::vector<ShardTensor>& outputs, const std::vector<Ten
   if (!roots.empty()) backward_global(roots, seeds);
 }
 
+// The device of the sharded run: the case's, or the mesh's under SHARDRT_CHECK_DEVICE=cuda.
+Device run_device(const Mesh& mesh, const ShardedCase& c) {
+  const char* env = std::getenv("SHARDRT_CHECK_DEVICE");
+  const std::string want = env ? env : "";
+  if (want.empty() || want == "cpu") return c.device;
+  SHARDRT_CHECK(want == "cuda", ValueError, "check_sharded '", c.name, "': SHARDRT_CHECK_DEVICE is '", want,
+                "'; expected cpu or cuda");
+  SHARDRT_CHECK(mesh.device().is_cuda(), ValueError, "check_sharded '", c.name,
+                "': SHARDRT_CHECK_DEVICE=cuda, but the mesh is bound to ", mesh.device().str(),
+                " (no usable CUDA device); unset it to run on the CPU");
+  return mesh.device();
+}
+
 std::string fmt(double x) {
   char b[32];
   std::snprintf(b, sizeof b, "%.3g", x);
@@ -182,19 +197,20 @@ ShardedCheckResult check_sharded(const Mesh& mesh, const ShardedFn& fn, const Sh
   const std::vector<ShardTensor> s_out = fn(s_inputs, s_params);
 
   // ---- sharded run: each input's local window is a leaf of its own (its grad is this rank's slice) ----
+  const Device device = run_device(mesh, c);
   std::vector<Tensor> leaves, params;
   std::vector<ShardTensor> inputs;
   const AxisExtents no_extents;
   for (std::size_t i = 0; i < n_in; ++i) {
-    const ShardTensor d =
-        sharded_input(c.inputs[i], mesh, c.placements[i], c.extents.empty() ? no_extents : c.extents[i]);
+    const ShardTensor d = sharded_input(c.inputs[i].detach().to(device), mesh, c.placements[i],
+                                        c.extents.empty() ? no_extents : c.extents[i]);
     Tensor x = d.local().clone();
     if (wants_grad(i)) set_requires_grad(x);
     leaves.push_back(x);
     inputs.push_back(from_local(x, mesh, d.placements(), d.spec().all_extents(), {.allow_partial = true}));
   }
   for (const Tensor& p : c.params) {
-    Tensor q = p.detach().clone();
+    Tensor q = p.detach().to(device).clone();
     set_requires_grad(q);
     params.push_back(q);
   }
@@ -211,7 +227,9 @@ ShardedCheckResult check_sharded(const Mesh& mesh, const ShardedFn& fn, const Sh
     bool shapes_match = true;
     for (std::size_t k = 0; k < out.size(); ++k)
       shapes_match = shapes_match && out[k].global_shape() == s_out[k].global_shape();
-    if (shapes_match) run_backward(out, grads);
+    std::vector<Tensor> device_grads;
+    for (const Tensor& g : grads) device_grads.push_back(g.to(device));
+    if (shapes_match) run_backward(out, device_grads);
   }
 
   // Parameter grads are complete over the domain axes and per-rank estimates over the batch axes (domain_batch.h):
@@ -225,8 +243,8 @@ ShardedCheckResult check_sharded(const Mesh& mesh, const ShardedFn& fn, const Sh
     NoGradGuard no_grad;
     if (same_outputs)
       for (std::size_t k = 0; k < out.size(); ++k)
-        qs.emplace_back(detail::concat("output ", k, " ", placements_str(out[k].placements())), full_tensor(out[k]),
-                        full_tensor(s_out[k]), false);
+        qs.emplace_back(detail::concat("output ", k, " ", placements_str(out[k].placements())),
+                        full_tensor(out[k]).to(Device::cpu()), full_tensor(s_out[k]), false);
     for (std::size_t i = 0; i < n_in; ++i) {
       if (!wants_grad(i)) continue;
       // Zeros for a missing grad keep the gathers below the same on every rank (and fail the nonzero check).
@@ -235,13 +253,14 @@ ShardedCheckResult check_sharded(const Mesh& mesh, const ShardedFn& fn, const Sh
       if (!sg.defined()) sg = zeros(s_leaves[i].shape(), {DType::f64});
       Tensor full = full_tensor(
           from_local(g, mesh, partial_as_replicate(inputs[i].placements()), inputs[i].spec().all_extents()));
-      qs.emplace_back(detail::concat("input ", i, " grad ", placements_str(inputs[i].placements())), full, sg, true);
+      qs.emplace_back(detail::concat("input ", i, " grad ", placements_str(inputs[i].placements())),
+                      full.to(Device::cpu()), sg, true);
     }
     for (std::size_t j = 0; j < params.size(); ++j) {
       Tensor g = grad_of(params[j]), sg = grad_of(s_params[j]);
       if (!g.defined()) g = zeros(params[j].shape(), {params[j].dtype(), params[j].device()});
       if (!sg.defined()) sg = zeros(s_params[j].shape(), {DType::f64});
-      qs.emplace_back(detail::concat("param ", j, " grad"), g, sg, true);
+      qs.emplace_back(detail::concat("param ", j, " grad"), g.to(Device::cpu()), sg, true);
     }
   }
   for (Quantity& q : qs) compare(q, c.atol, c.rtol);

@@ -15,6 +15,14 @@
 // the tolerance even on success, and returns the same lines in `report`. Every rank returns the same verdict
 // and errors (maxima over the ranks). Its own collectives run in the ledger scope "check_sharded"; the serial
 // mesh has a ledger of its own.
+//
+// Device: the sharded run takes place on the case's `device` (default: the CPU), or on the mesh's device
+// (mesh.device(), cuda:N) for every case when the environment sets SHARDRT_CHECK_DEVICE=cuda — so the whole
+// patch suite runs on a GPU unchanged, e.g. two ranks sharing cuda:0 (`SHARDRT_CHECK_DEVICE=cuda
+// tests/mpirun.sh 2 build/tests/test_patches`); its collectives then stage device buffers through MPI, or use NCCL
+// where each rank has a GPU of its own. Inputs and parameters are moved there in f64 before they are distributed,
+// the results are gathered back to the host, and the serial oracle always runs on the CPU. SHARDRT_CHECK_DEVICE=cuda
+// on a mesh bound to no GPU is a ValueError.
 #pragma once
 #include <functional>
 #include <string>
@@ -32,6 +40,7 @@ struct ShardedCase {
   std::vector<bool> input_requires_grad;                   // empty: all true
   std::vector<Tensor> params;                              // full f64 parameters, identical on every rank
   double atol = 1e-10, rtol = 1e-10;
+  Device device = Device::cpu();  // where the sharded run takes place (see above)
 };
 
 using ShardedFn =

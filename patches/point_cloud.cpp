@@ -27,6 +27,9 @@
 // Backward: none (integer results; distances are not differentiable here). Features are gathered with
 //   gather_neighbor_features = gather_global (patches/index.cpp): its backward scatter-adds into the owners.
 // Memory per rank: two point blocks (current and in flight), O(Np / P * D), plus the results O(Nq_local * k).
+// On CUDA (points and queries on one device): the same ring, the blocks searched on the device by
+//   kernels/cuda/neighbor_search.h (brute force, the same lists bit for bit, so `method` changes nothing there);
+//   the running lists stay on the device and are read back once at the end to form the padded outputs.
 
 #include <algorithm>
 #include <cmath>
@@ -36,6 +39,8 @@
 
 #include "autograd/ops/common.h"
 #include "kernels/cpu/neighbor_search.h"
+#include "kernels/cuda/neighbor_search.h"
+#include "runtime/cuda_context.h"
 #include "patches/dispatch.h"
 #include "patches/ops.h"
 #include "patches/patch_util.h"
@@ -104,9 +109,8 @@ void check_args(const ShardTensor& points, const ShardTensor& queries, const Sea
                 " and queries ", queries.str(), " differ in the coordinate dim");
   SHARDRT_CHECK(sp.k >= 1, ValueError, sp.op, ": the neighbour count must be >= 1, got ", sp.k);
   SHARDRT_CHECK(sp.radius2 >= 0, ValueError, sp.op, ": the radius must be >= 0");
-  // The search runs on the host; CUDA coordinates are a DeviceError rather than a silent copy to the host.
-  ops_detail::cpu_kernel_only(sp.op, points.local(), "points");
-  ops_detail::cpu_kernel_only(sp.op, queries.local(), "queries");
+  SHARDRT_CHECK(points.device() == queries.device(), DeviceError, sp.op, ": points ", points.str(), " and queries ",
+                queries.str(), " must be on one device");
 }
 
 // Accepts when both are (N, D) on one mesh, no Partial, only dim 0 sharded, points sharded on <= 1 axis.
@@ -117,15 +121,64 @@ bool accepts(const ShardTensor& points, const ShardTensor& queries) {
   return true;
 }
 
+// The running best lists of the local queries, and how a block of points (with its global offset) is merged
+// into them: on the host (kernels/cpu) or on the points' CUDA device (kernels/cuda).
+class BlockSearch {
+ public:
+  BlockSearch(const ShardTensor& queries, int64_t d, const SearchParams& sp)
+      : sp_(sp), d_(d), nq_(queries.local().size(0)), device_(queries.device()) {
+    if (device_.is_cpu()) {
+      q_host_ = host_f64(queries.local());
+      best_.resize(static_cast<size_t>(nq_));
+      return;
+    }
+    q_dev_ = queries.local().detach().to(DType::f64).contiguous();
+    d2_ = Tensor::empty({nq_, sp.k}, DType::f64, device_);
+    index_ = Tensor::empty({nq_, sp.k}, DType::i64, device_);
+    count_ = Tensor::empty({nq_}, DType::i64, device_);
+    count_.zero_();
+  }
+
+  void merge(const Tensor& block, int64_t offset) {
+    if (device_.is_cpu()) {
+      search_block(best_, q_host_, host_f64(block), d_, offset, sp_);
+      return;
+    }
+    const Tensor pts = block.detach().to(DType::f64).contiguous();
+    kernels::cuda::merge_block_brute(nq_, q_dev_.data<double>(), pts.data<double>(), pts.size(0), d_, offset, sp_.k,
+                                     sp_.radius2, d2_.data<double>(), index_.data<int64_t>(), count_.data<int64_t>(),
+                                     current_stream(device_.index));
+  }
+
+  // The lists, read back from the device when they live there.
+  Best lists() {
+    if (device_.is_cpu()) return std::move(best_);
+    const Tensor d2 = d2_.to(Device::cpu()), index = index_.to(Device::cpu()), count = count_.to(Device::cpu());
+    Best best(static_cast<size_t>(nq_));
+    for (int64_t i = 0; i < nq_; ++i) {
+      for (int64_t j = 0; j < count.data<int64_t>()[i]; ++j)
+        best[i].emplace_back(d2.data<double>()[i * sp_.k + j], index.data<int64_t>()[i * sp_.k + j]);
+    }
+    return best;
+  }
+
+ private:
+  SearchParams sp_;
+  int64_t d_, nq_;
+  Device device_;
+  std::vector<double> q_host_;
+  Best best_;
+  Tensor q_dev_, d2_, index_, count_;
+};
+
 Neighbors search(const ShardTensor& points, const ShardTensor& queries, const SearchParams& sp) {
   check_args(points, queries, sp);
   const int64_t d = points.global_shape()[1];
-  const std::vector<double> q = host_f64(queries.local());
-  Best best(static_cast<size_t>(queries.local().size(0)));
+  BlockSearch searcher(queries, d, sp);
   const int axis = points.spec().axis_sharding(0);
   if (axis < 0) {
-    search_block(best, q, host_f64(points.local()), d, 0, sp);
-    return results(best, points, queries, sp);
+    searcher.merge(points.local(), 0);
+    return results(searcher.lists(), points, queries, sp);
   }
   const Communicator& comm = patch::axis_comm(points.mesh(), axis);
   const int p = comm.size(), me = comm.rank();
@@ -144,13 +197,13 @@ Neighbors search(const ShardTensor& points, const ShardTensor& queries, const Se
       auto scope = comm.ledger().scope(label);
       inflight.emplace(comm.ring_shift_async(cur, next, 1));
     }
-    search_block(best, q, host_f64(cur), d, off[src], sp);
+    searcher.merge(cur, off[src]);
     if (inflight) {
       inflight->wait();
       cur = next;
     }
   }
-  return results(best, points, queries, sp);
+  return results(searcher.lists(), points, queries, sp);
 }
 
 }  // namespace

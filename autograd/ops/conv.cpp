@@ -1,4 +1,4 @@
-// Convolution over 1-3 spatial dims (im2col + GEMM on the CPU) and the non-overlapping transposed convolution
+// Convolution over 1-3 spatial dims (im2col + GEMM on the CPU, cuDNN on CUDA) and the non-overlapping transposed convolution
 // that turns patch tokens back into a volume. The ctx keeps x and w (what the weight and input grads need)
 // and which inputs want a grad, so that the expensive input grad is skipped for data that needs none.
 #include <climits>
@@ -9,6 +9,7 @@
 #include "autograd/ops/window_args.h"
 #include "autograd/tape.h"
 #include "kernels/cpu/conv.h"
+#include "kernels/cuda/conv.h"
 #include "runtime/factories.h"
 
 namespace shardrt {
@@ -67,7 +68,6 @@ Tensor conv_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor
                     const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
                     const std::vector<int64_t>& dilation) {
   plan_conv(ctx, x, w, bias, stride, padding, dilation);
-  cpu_kernel_only("conv", x);
   const ConvGeometry& g = ctx.geometry;
   save_operands(ctx, x, w, bias);
   Tensor b = bias.defined() ? bias.contiguous() : Tensor();
@@ -76,8 +76,10 @@ Tensor conv_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   dispatch_float("conv", x, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::conv_forward<T>(g, ctx.x.data<T>(), ctx.w.data<T>(), data_or_null<T>(b),
-                                  y.data<T>());
+    const T *xp = ctx.x.data<T>(), *wp = ctx.w.data<T>(), *bp = data_or_null<T>(b);
+    on_device(
+        x, [&] { kernels::cpu::conv_forward<T>(g, xp, wp, bp, y.data<T>()); },
+        [&](CudaStream s) { kernels::cuda::conv_forward<T>(g, xp, wp, bp, y.data<T>(), s); });
   });
   return y;
 }
@@ -100,10 +102,11 @@ std::vector<Tensor> conv_backward(ConvCtx& ctx, const std::vector<Tensor>& grad_
   ConvGrads grads = allocate_grads(ctx);
   dispatch_float("conv", gy, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::conv_backward<T>(ctx.geometry, ctx.x.data<T>(), ctx.w.data<T>(), gy.data<T>(),
-                                   data_or_null<T>(grads.x),
-                                   data_or_null<T>(grads.w),
-                                   data_or_null<T>(grads.bias));
+    const T *xp = ctx.x.data<T>(), *wp = ctx.w.data<T>(), *gyp = gy.data<T>();
+    T *gx = data_or_null<T>(grads.x), *gw = data_or_null<T>(grads.w), *gb = data_or_null<T>(grads.bias);
+    on_device(
+        gy, [&] { kernels::cpu::conv_backward<T>(ctx.geometry, xp, wp, gyp, gx, gw, gb); },
+        [&](CudaStream s) { kernels::cuda::conv_backward<T>(ctx.geometry, xp, wp, gyp, gx, gw, gb, s); });
   });
   return {grads.x, grads.w, grads.bias};
 }
@@ -128,7 +131,6 @@ void plan_conv_transpose(ConvCtx& ctx, const Tensor& x, const Tensor& w, const T
 
 Tensor conv_transpose_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor& bias) {
   plan_conv_transpose(ctx, x, w, bias);
-  cpu_kernel_only("conv_transpose", x);
   const ConvGeometry& g = ctx.geometry;
   save_operands(ctx, x, w, bias);
   Tensor b = bias.defined() ? bias.contiguous() : Tensor();
@@ -137,8 +139,10 @@ Tensor conv_transpose_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, co
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   dispatch_float("conv_transpose", x, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::conv_transpose_patch_forward<T>(g, ctx.x.data<T>(), ctx.w.data<T>(),
-                                                  data_or_null<T>(b), y.data<T>());
+    const T *xp = ctx.x.data<T>(), *wp = ctx.w.data<T>(), *bp = data_or_null<T>(b);
+    on_device(
+        x, [&] { kernels::cpu::conv_transpose_patch_forward<T>(g, xp, wp, bp, y.data<T>()); },
+        [&](CudaStream s) { kernels::cuda::conv_transpose_patch_forward<T>(g, xp, wp, bp, y.data<T>(), s); });
   });
   return y;
 }
@@ -148,10 +152,13 @@ std::vector<Tensor> conv_transpose_backward(ConvCtx& ctx, const std::vector<Tens
   ConvGrads grads = allocate_grads(ctx);
   dispatch_float("conv_transpose", gy, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::conv_transpose_patch_backward<T>(ctx.geometry, ctx.x.data<T>(), ctx.w.data<T>(), gy.data<T>(),
-                                                   data_or_null<T>(grads.x),
-                                                   data_or_null<T>(grads.w),
-                                                   data_or_null<T>(grads.bias));
+    const T *xp = ctx.x.data<T>(), *wp = ctx.w.data<T>(), *gyp = gy.data<T>();
+    T *gx = data_or_null<T>(grads.x), *gw = data_or_null<T>(grads.w), *gb = data_or_null<T>(grads.bias);
+    on_device(
+        gy, [&] { kernels::cpu::conv_transpose_patch_backward<T>(ctx.geometry, xp, wp, gyp, gx, gw, gb); },
+        [&](CudaStream s) {
+          kernels::cuda::conv_transpose_patch_backward<T>(ctx.geometry, xp, wp, gyp, gx, gw, gb, s);
+        });
   });
   return {grads.x, grads.w, grads.bias};
 }

@@ -1,4 +1,4 @@
-// Differentiable indexing: index_select, gather and scatter_add, on the CPU index kernels.
+// Differentiable indexing: index_select, gather and scatter_add, on the CPU and CUDA index kernels.
 //
 // The kernels work on the (outer, n, inner) view of the indexed dim and do not bounds-check, so every index
 // value is checked here first. gather and scatter_add follow PyTorch: the index may be smaller than the other
@@ -8,6 +8,7 @@
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
 #include "kernels/cpu/index.h"
+#include "kernels/cuda/index.h"
 #include "runtime/factories.h"
 
 namespace shardrt {
@@ -18,17 +19,18 @@ namespace {
 
 // ---- validation -----------------------------------------------------------------------------------------------------
 
-// index must be i64 on x's device; CUDA has no index kernels yet.
+// index must be i64 on x's device.
 void check_index_tensor(const char* op, const Tensor& x, const Tensor& index) {
   check_defined(op, index, "index");
   SHARDRT_CHECK(index.dtype() == DType::i64, DTypeError, op, ": index must be i64, got ", index.str());
   check_same_device(op, x, index);
-  cpu_kernel_only(op, x);
 }
 
 // ValueError naming the first index value outside [0, n), which indexes dim `dim` of x.
+// A CUDA index is read on the host for this check (one device-to-host copy, which waits for the index): the
+// kernels trust their indices, and an out-of-range one would read or write outside the tensor.
 void check_index_values(const char* op, const Tensor& index, int64_t n, int dim, const Tensor& x) {
-  Tensor ic = index.contiguous();
+  Tensor ic = index.to(Device::cpu()).contiguous();
   const int64_t* values = ic.data<int64_t>();
   for (int64_t i = 0; i < ic.numel(); ++i)
     SHARDRT_CHECK(values[i] >= 0 && values[i] < n, ValueError, op, ": index value ", values[i], " (at flat position ",
@@ -55,7 +57,12 @@ Tensor gather_region(const Tensor& src, int dim, const Tensor& index) {
   const int64_t n_src = src.size(dim);
   dispatch_float("gather", src, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::gather<T>(v.outer, n_src, v.inner, s.data<T>(), v.n, ic.data<int64_t>(), out.data<T>());
+    const int64_t* idx = ic.data<int64_t>();
+    on_device(
+        src, [&] { kernels::cpu::gather<T>(v.outer, n_src, v.inner, s.data<T>(), v.n, idx, out.data<T>()); },
+        [&](CudaStream st) {
+          kernels::cuda::gather<T>(v.outer, n_src, v.inner, s.data<T>(), v.n, idx, out.data<T>(), st);
+        });
   });
   return out;
 }
@@ -71,7 +78,12 @@ void scatter_add_region(const Tensor& dst, int dim, const Tensor& index, const T
   const int64_t n_dst = dst.size(dim);
   dispatch_float("scatter_add", dst, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::scatter_add<T>(v.outer, n_dst, v.inner, d.data<T>(), v.n, ic.data<int64_t>(), s.data<T>());
+    const int64_t* idx = ic.data<int64_t>();
+    on_device(
+        dst, [&] { kernels::cpu::scatter_add<T>(v.outer, n_dst, v.inner, d.data<T>(), v.n, idx, s.data<T>()); },
+        [&](CudaStream st) {
+          kernels::cuda::scatter_add<T>(v.outer, n_dst, v.inner, d.data<T>(), v.n, idx, s.data<T>(), st);
+        });
   });
   if (!d.is_same(region)) region.copy_(d);
 }
@@ -101,8 +113,15 @@ Tensor index_select_forward(IndexSelectCtx& ctx, const Tensor& x, int dim_in, co
   const DimView v = dim_view(x.shape(), dim);
   dispatch_float(op, x, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::index_select<T>(v.outer, v.n, v.inner, xc.data<T>(), index.numel(), ctx.index.data<int64_t>(),
-                                  out.data<T>());
+    const int64_t* idx = ctx.index.data<int64_t>();
+    on_device(
+        x,
+        [&] {
+          kernels::cpu::index_select<T>(v.outer, v.n, v.inner, xc.data<T>(), index.numel(), idx, out.data<T>());
+        },
+        [&](CudaStream st) {
+          kernels::cuda::index_select<T>(v.outer, v.n, v.inner, xc.data<T>(), index.numel(), idx, out.data<T>(), st);
+        });
   });
   return out;
 }
@@ -114,8 +133,13 @@ std::vector<Tensor> index_select_backward(IndexSelectCtx& ctx, const std::vector
   const DimView v = dim_view(ctx.in_shape, ctx.dim);
   dispatch_float("index_select", gy, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::index_add<T>(v.outer, v.n, v.inner, gx.data<T>(), ctx.index.numel(), ctx.index.data<int64_t>(),
-                               gy.data<T>());
+    const int64_t n_idx = ctx.index.numel();
+    const int64_t* idx = ctx.index.data<int64_t>();
+    on_device(
+        gy, [&] { kernels::cpu::index_add<T>(v.outer, v.n, v.inner, gx.data<T>(), n_idx, idx, gy.data<T>()); },
+        [&](CudaStream st) {
+          kernels::cuda::index_add<T>(v.outer, v.n, v.inner, gx.data<T>(), n_idx, idx, gy.data<T>(), st);
+        });
   });
   return {gx};
 }

@@ -134,7 +134,6 @@ Tensor group_norm_forward(GroupNormCtx& ctx, const Tensor& x, int64_t groups, co
   SHARDRT_CHECK(groups >= 1, ValueError, "group_norm: groups must be >= 1, got ", groups, " for ", x.str());
   SHARDRT_CHECK(x.size(1) % groups == 0, ShapeError, "group_norm: ", x.size(1), " channels of ", x.str(),
                 " do not split into ", groups, " groups");
-  cpu_kernel_only("group_norm", x);
   ctx.N = x.size(0);
   ctx.C = x.size(1);
   ctx.S = shape_numel(Shape(x.shape().begin() + 2, x.shape().end()));
@@ -151,8 +150,13 @@ Tensor group_norm_forward(GroupNormCtx& ctx, const Tensor& x, int64_t groups, co
   const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
   dispatch_float("group_norm", x, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::groupnorm<T>(ctx.N, ctx.C, ctx.S, ctx.G, ctx.x.data<T>(), data_or_null<T>(ctx.weight),
-                               data_or_null<T>(b), T(eps), y.data<T>(), ctx.mean.data<T>(), ctx.rstd.data<T>());
+    const T *xp = ctx.x.data<T>(), *w = data_or_null<T>(ctx.weight), *bp = data_or_null<T>(b);
+    T *yp = y.data<T>(), *mean = ctx.mean.data<T>(), *rstd = ctx.rstd.data<T>();
+    on_device(
+        x, [&] { kernels::cpu::groupnorm<T>(ctx.N, ctx.C, ctx.S, ctx.G, xp, w, bp, T(eps), yp, mean, rstd); },
+        [&](CudaStream s) {
+          kernels::cuda::groupnorm<T>(ctx.N, ctx.C, ctx.S, ctx.G, xp, w, bp, T(eps), yp, mean, rstd, s);
+        });
   });
   return y;
 }
@@ -163,9 +167,15 @@ std::vector<Tensor> group_norm_backward(GroupNormCtx& ctx, const std::vector<Ten
   if (gy.numel() > 0) {
     dispatch_float("group_norm", gy, [&](auto tag) {
       using T = decltype(tag);
-      kernels::cpu::groupnorm_backward<T>(ctx.N, ctx.C, ctx.S, ctx.G, ctx.x.data<T>(), data_or_null<T>(ctx.weight),
-                                          ctx.mean.data<T>(), ctx.rstd.data<T>(), gy.data<T>(), data_or_null<T>(g.gx),
-                                          data_or_null<T>(g.gweight), data_or_null<T>(g.gbias));
+      const T *x = ctx.x.data<T>(), *w = data_or_null<T>(ctx.weight), *mean = ctx.mean.data<T>(),
+              *rstd = ctx.rstd.data<T>(), *gyp = gy.data<T>();
+      T *gx = data_or_null<T>(g.gx), *gw = data_or_null<T>(g.gweight), *gb = data_or_null<T>(g.gbias);
+      on_device(
+          gy,
+          [&] { kernels::cpu::groupnorm_backward<T>(ctx.N, ctx.C, ctx.S, ctx.G, x, w, mean, rstd, gyp, gx, gw, gb); },
+          [&](CudaStream s) {
+            kernels::cuda::groupnorm_backward<T>(ctx.N, ctx.C, ctx.S, ctx.G, x, w, mean, rstd, gyp, gx, gw, gb, s);
+          });
     });
   }
   return {g.gx, g.gweight, g.gbias};

@@ -6,6 +6,7 @@
 #include "autograd/ops/common.h"
 #include "autograd/ops/window_args.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cuda/pool.h"
 
 namespace shardrt {
 
@@ -25,7 +26,6 @@ ConvGeometry plan_pool(const char* op, const Tensor& x, const std::vector<int64_
   const ConvGeometry g = kernels::cpu::make_conv_geometry(nd, x.size(0), x.size(1), x.size(1), in.data(),
                                                           a.kernel.data(), a.stride.data(), a.padding.data(),
                                                           a.dilation.data());
-  cpu_kernel_only(op, x);
   return g;
 }
 
@@ -50,7 +50,9 @@ Tensor avg_pool_forward(AvgPoolCtx& ctx, const Tensor& x, const std::vector<int6
   Tensor y = Tensor::empty(pooled_shape(ctx.geometry), x.dtype(), x.device());
   dispatch_float("avg_pool", x, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::avg_pool_forward<T>(ctx.geometry, xc.data<T>(), y.data<T>());
+    on_device(
+        x, [&] { kernels::cpu::avg_pool_forward<T>(ctx.geometry, xc.data<T>(), y.data<T>()); },
+        [&](CudaStream s) { kernels::cuda::avg_pool_forward<T>(ctx.geometry, xc.data<T>(), y.data<T>(), s); });
   });
   return y;
 }
@@ -61,7 +63,9 @@ std::vector<Tensor> avg_pool_backward(AvgPoolCtx& ctx, const std::vector<Tensor>
   Tensor gx = Tensor::empty(ctx.in_shape, gy.dtype(), gy.device());
   dispatch_float("avg_pool", gy, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::avg_pool_backward<T>(ctx.geometry, gy.data<T>(), gx.data<T>());
+    on_device(
+        gy, [&] { kernels::cpu::avg_pool_backward<T>(ctx.geometry, gy.data<T>(), gx.data<T>()); },
+        [&](CudaStream s) { kernels::cuda::avg_pool_backward<T>(ctx.geometry, gy.data<T>(), gx.data<T>(), s); });
   });
   return {gx};
 }
@@ -84,7 +88,12 @@ Tensor max_pool_forward(MaxPoolCtx& ctx, const Tensor& x, const std::vector<int6
   ctx.argmax = Tensor::empty(out_shape, DType::i64, x.device());
   dispatch_float("max_pool", x, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::max_pool_forward<T>(ctx.geometry, xc.data<T>(), y.data<T>(), ctx.argmax.data<int64_t>());
+    int64_t* argmax = ctx.argmax.data<int64_t>();
+    on_device(
+        x, [&] { kernels::cpu::max_pool_forward<T>(ctx.geometry, xc.data<T>(), y.data<T>(), argmax); },
+        [&](CudaStream s) {
+          kernels::cuda::max_pool_forward<T>(ctx.geometry, xc.data<T>(), y.data<T>(), argmax, s);
+        });
   });
   return y;
 }
@@ -95,7 +104,12 @@ std::vector<Tensor> max_pool_backward(MaxPoolCtx& ctx, const std::vector<Tensor>
   Tensor gx = Tensor::empty(ctx.in_shape, gy.dtype(), gy.device());
   dispatch_float("max_pool", gy, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::max_pool_backward<T>(ctx.geometry, gy.data<T>(), ctx.argmax.data<int64_t>(), gx.data<T>());
+    const int64_t* argmax = ctx.argmax.data<int64_t>();
+    on_device(
+        gy, [&] { kernels::cpu::max_pool_backward<T>(ctx.geometry, gy.data<T>(), argmax, gx.data<T>()); },
+        [&](CudaStream s) {
+          kernels::cuda::max_pool_backward<T>(ctx.geometry, gy.data<T>(), argmax, gx.data<T>(), s);
+        });
   });
   return {gx};
 }

@@ -10,6 +10,7 @@
 #include "autograd/ops/common.h"
 #include "autograd/ops/window_args.h"
 #include "kernels/cpu/shape_ops.h"
+#include "kernels/cuda/shape_ops.h"
 #include "runtime/factories.h"
 
 namespace shardrt {
@@ -220,12 +221,17 @@ Shape plan_pad(PadCtx& ctx, const Tensor& x, const std::vector<int64_t>& pads, P
 
 Tensor pad_forward(PadCtx& ctx, const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, double value) {
   const Shape out_shape = plan_pad(ctx, x, pads, mode);
-  cpu_kernel_only("pad", x);
   Tensor xc = x.contiguous();
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   dispatch_float("pad", x, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::pad<T>(ctx.mode, ctx.nd, ctx.outer, ctx.in, ctx.lo, ctx.hi, T(value), xc.data<T>(), y.data<T>());
+    const T* xp = xc.data<T>();
+    T* yp = y.data<T>();
+    on_device(
+        x, [&] { kernels::cpu::pad<T>(ctx.mode, ctx.nd, ctx.outer, ctx.in, ctx.lo, ctx.hi, T(value), xp, yp); },
+        [&](CudaStream s) {
+          kernels::cuda::pad<T>(ctx.mode, ctx.nd, ctx.outer, ctx.in, ctx.lo, ctx.hi, T(value), xp, yp, s);
+        });
   });
   return y;
 }
@@ -236,7 +242,13 @@ std::vector<Tensor> pad_backward(PadCtx& ctx, const std::vector<Tensor>& grad_ou
   Tensor gx = Tensor::empty(ctx.in_shape, gy.dtype(), gy.device());
   dispatch_float("pad", gy, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::pad_backward<T>(ctx.mode, ctx.nd, ctx.outer, ctx.in, ctx.lo, ctx.hi, gy.data<T>(), gx.data<T>());
+    const T* gyp = gy.data<T>();
+    T* gxp = gx.data<T>();
+    on_device(
+        gy, [&] { kernels::cpu::pad_backward<T>(ctx.mode, ctx.nd, ctx.outer, ctx.in, ctx.lo, ctx.hi, gyp, gxp); },
+        [&](CudaStream s) {
+          kernels::cuda::pad_backward<T>(ctx.mode, ctx.nd, ctx.outer, ctx.in, ctx.lo, ctx.hi, gyp, gxp, s);
+        });
   });
   return {gx};
 }

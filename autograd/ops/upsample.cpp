@@ -6,6 +6,7 @@
 #include "autograd/ops/common.h"
 #include "autograd/ops/window_args.h"
 #include "kernels/cpu/upsample.h"
+#include "kernels/cuda/upsample.h"
 
 namespace shardrt {
 
@@ -30,7 +31,6 @@ Tensor upsample_forward(UpsampleCtx& ctx, const char* op, UpsampleMode mode, boo
   ctx.out = check_upsample_args(op, x, out_size);
   const int nd = static_cast<int>(ctx.out.size());
   for (int d = 0; d < nd; ++d) ctx.in.push_back(x.size(2 + d));
-  cpu_kernel_only(op, x);
   ctx.name = op;
   ctx.mode = mode;
   ctx.align_corners = align_corners;
@@ -45,8 +45,14 @@ Tensor upsample_forward(UpsampleCtx& ctx, const char* op, UpsampleMode mode, boo
   if (y.numel() == 0) return y;
   dispatch_float(op, x, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::upsample_forward<T>(mode, align_corners, nd, ctx.planes, ctx.in.data(), ctx.out.data(),
-                                      xc.data<T>(), y.data<T>());
+    const int64_t *in = ctx.in.data(), *out = ctx.out.data();
+    const T* xp = xc.data<T>();
+    T* yp = y.data<T>();
+    on_device(
+        x, [&] { kernels::cpu::upsample_forward<T>(mode, align_corners, nd, ctx.planes, in, out, xp, yp); },
+        [&](CudaStream s) {
+          kernels::cuda::upsample_forward<T>(mode, align_corners, nd, ctx.planes, in, out, xp, yp, s);
+        });
   });
   return y;
 }
@@ -60,8 +66,17 @@ std::vector<Tensor> upsample_backward(UpsampleCtx& ctx, const std::vector<Tensor
   }
   dispatch_float(ctx.name, gy, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::upsample_backward<T>(ctx.mode, ctx.align_corners, ctx.nd, ctx.planes, ctx.in.data(),
-                                       ctx.out.data(), gy.data<T>(), gx.data<T>());
+    const int64_t *in = ctx.in.data(), *out = ctx.out.data();
+    on_device(
+        gy,
+        [&] {
+          kernels::cpu::upsample_backward<T>(ctx.mode, ctx.align_corners, ctx.nd, ctx.planes, in, out, gy.data<T>(),
+                                             gx.data<T>());
+        },
+        [&](CudaStream s) {
+          kernels::cuda::upsample_backward<T>(ctx.mode, ctx.align_corners, ctx.nd, ctx.planes, in, out, gy.data<T>(),
+                                              gx.data<T>(), s);
+        });
   });
   return {gx};
 }

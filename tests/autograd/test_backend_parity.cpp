@@ -189,10 +189,97 @@ std::vector<Op> ops() {
   };
 }
 
+// ---- convolution, group norm, pooling, upsampling, padding, indexing (cuDNN conv and kernels/cuda/{group_norm,
+// pool, upsample, shape_ops, index}.cu) --------------------------------------------------------------------------
+
+// An i64 index on x's device whose values cycle through [0, n) with a stride coprime to n, so that rows repeat
+// (the scatters' sums are exercised) and appear out of order.
+Tensor cycling_index(const Tensor& x, const Shape& shape, int64_t n) {
+  std::vector<double> values(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>((i * 3 + 1) % static_cast<size_t>(n));
+  return indices(values, shape).to(x.device());
+}
+
+std::vector<Op> spatial_and_index_ops() {
+  using In = const std::vector<Tensor>&;
+  return {
+      // ---- convolution (autograd/ops/conv.cpp) ----
+      {"conv1d stride 2, padding 1, dilation 2, bias", {{2, 3, 11}, {4, 3, 3}, {4}}, 1e-5, Domain::normal,
+       [](In x) { return conv1d(x[0], x[1], x[2], 2, 1, 2); }},
+      {"conv2d uneven stride and padding, bias", {{2, 3, 7, 6}, {5, 3, 3, 2}, {5}}, 1e-5, Domain::normal,
+       [](In x) { return conv(x[0], x[1], x[2], {2, 1}, {1, 0}); }},
+      {"conv2d without bias, 1x1 kernel", {{2, 4, 5, 5}, {3, 4, 1, 1}}, 1e-5, Domain::normal,
+       [](In x) { return conv2d(x[0], x[1]); }},
+      {"conv3d padding 1, bias", {{1, 2, 5, 4, 6}, {3, 2, 2, 3, 2}, {3}}, 1e-5, Domain::normal,
+       [](In x) { return conv3d(x[0], x[1], x[2], 1, 1); }},
+      {"conv2d of a transposed input", {{2, 3, 6, 7}, {4, 3, 3, 3}, {4}}, 1e-5, Domain::normal,
+       [](In x) { return conv2d(transpose(x[0], 2, 3), x[1], x[2], 1, 1); }},
+      {"conv_transpose 2-d patches, bias", {{2, 4, 3, 3}, {4, 3, 2, 2}, {3}}, 1e-5, Domain::normal,
+       [](In x) { return conv_transpose(x[0], x[1], x[2]); }},
+      {"conv_transpose 3-d patches", {{1, 3, 2, 2, 2}, {3, 2, 2, 1, 2}}, 1e-5, Domain::normal,
+       [](In x) { return conv_transpose(x[0], x[1]); }},
+
+      // ---- group norm (autograd/ops/norm.cpp) ----
+      {"group_norm with weight and bias", {{2, 6, 5, 4}, {6}, {6}}, 1e-5, Domain::normal,
+       [](In x) { return group_norm(x[0], 3, x[1], x[2]); }},
+      {"group_norm without parameters, one group", {{3, 4, 7}}, 1e-5, Domain::normal,
+       [](In x) { return group_norm(x[0], 1); }},
+      {"group_norm over a long group", {{2, 2, 4099}, {2}, {2}}, 1e-5, Domain::normal,
+       [](In x) { return group_norm(x[0], 2, x[1], x[2]); }},
+
+      // ---- pooling (autograd/ops/pool.cpp) ----
+      {"avg_pool 2-d, padding counted", {{2, 3, 7, 8}}, 1e-6, Domain::normal,
+       [](In x) { return avg_pool(x[0], {3, 2}, {2, 2}, {1, 0}); }},
+      {"avg_pool 3-d, overlapping windows", {{1, 2, 5, 4, 6}}, 1e-6, Domain::normal,
+       [](In x) { return avg_pool(x[0], {2, 2, 3}, {1, 2, 1}); }},
+      {"max_pool 1-d with ties", {{2, 3, 9}}, 1e-6, Domain::quarter_grid,
+       [](In x) { return max_pool(x[0], {3}, {2}, {1}); }},
+      {"max_pool 2-d overlapping windows", {{2, 2, 6, 7}}, 1e-6, Domain::normal,
+       [](In x) { return max_pool(x[0], {3, 3}, {1, 2}, {1, 1}); }},
+      {"max_pool 3-d", {{1, 2, 4, 5, 6}}, 1e-6, Domain::normal, [](In x) { return max_pool(x[0], {2}); }},
+
+      // ---- upsampling (autograd/ops/upsample.cpp) ----
+      {"upsample_nearest 2-d up", {{2, 3, 4, 5}}, 1e-6, Domain::normal,
+       [](In x) { return upsample_nearest(x[0], {7, 9}); }},
+      {"upsample_nearest 1-d down", {{2, 3, 9}}, 1e-6, Domain::normal,
+       [](In x) { return upsample_nearest(x[0], {4}); }},
+      {"upsample_linear 1-d align_corners", {{2, 3, 5}}, 1e-6, Domain::normal,
+       [](In x) { return upsample_linear(x[0], {9}, true); }},
+      {"upsample_linear 2-d (bilinear)", {{1, 2, 4, 3}}, 1e-6, Domain::normal,
+       [](In x) { return upsample_linear(x[0], {7, 8}); }},
+      {"upsample_linear 3-d (trilinear), mixed up and down", {{1, 2, 3, 5, 4}}, 1e-6, Domain::normal,
+       [](In x) { return upsample_linear(x[0], {5, 3, 6}); }},
+
+      // ---- padding (autograd/ops/shape.cpp) ----
+      {"pad constant with a crop", {{2, 3, 5, 6}}, 1e-6, Domain::normal,
+       [](In x) { return pad(x[0], {2, -1, 1, 3}, PadMode::constant, 0.5); }},
+      {"pad reflect 2-d", {{2, 3, 5, 6}}, 1e-6, Domain::normal,
+       [](In x) { return pad(x[0], {2, 3, 1, 4}, PadMode::reflect); }},
+      {"pad replicate 3-d", {{1, 2, 3, 4, 3}}, 1e-6, Domain::normal,
+       [](In x) { return pad(x[0], {1, 2, 2, 0, 3, 1}, PadMode::replicate); }},
+      {"pad circular 1-d", {{2, 3, 5}}, 1e-6, Domain::normal,
+       [](In x) { return pad(x[0], {4, 5}, PadMode::circular); }},
+
+      // ---- indexing (autograd/ops/index.cpp) ----
+      {"index_select rows with repeats", {{5, 4}}, 1e-6, Domain::normal,
+       [](In x) { return index_select(x[0], 0, cycling_index(x[0], {9}, 5)); }},
+      {"index_select a middle dim", {{3, 6, 4}}, 1e-6, Domain::normal,
+       [](In x) { return index_select(x[0], 1, cycling_index(x[0], {8}, 6)); }},
+      {"gather along dim 1 with a smaller index", {{4, 6, 3}}, 1e-6, Domain::normal,
+       [](In x) { return gather(x[0], 1, cycling_index(x[0], {3, 7, 2}, 6)); }},
+      {"scatter_add into rows, repeated targets", {{5, 4}, {6, 4}}, 1e-6, Domain::normal,
+       [](In x) { return scatter_add(x[0], 0, cycling_index(x[0], {6, 4}, 5), x[1]); }},
+      {"scatter_add along the last dim, index smaller than src", {{3, 4, 5}, {3, 4, 7}}, 1e-6, Domain::normal,
+       [](In x) { return scatter_add(x[0], 2, cycling_index(x[0], {2, 4, 6}, 5), x[1]); }},
+  };
+}
+
 // Every op of the table once in f32 and once in f64.
 std::vector<ParityCase> parity_cases() {
   std::vector<ParityCase> cases;
-  for (const Op& op : ops()) {
+  std::vector<Op> table = ops();
+  for (Op& op : spatial_and_index_ops()) table.push_back(std::move(op));
+  for (const Op& op : table) {
     cases.push_back({std::string(op.name) + " [f32]", op.inputs, DType::f32, op.f32_tol, op.domain, op.fn});
     cases.push_back({std::string(op.name) + " [f64]", op.inputs, DType::f64, kF64Tol, op.domain, op.fn});
   }

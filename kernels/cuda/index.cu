@@ -1,0 +1,182 @@
+#include "kernels/cuda/index.h"
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/launch.cuh"
+#include "runtime/cuda/stream.h"
+#include "runtime/cuda/stream_scratch.h"
+
+namespace shardrt::kernels::cuda {
+namespace {
+
+template <typename T>
+__global__ void index_select_kernel(int64_t outer, int64_t n_src, int64_t inner, const T* src, int64_t n_idx,
+                                    const int64_t* idx, T* out) {
+  const int64_t total = outer * n_idx * inner;
+  for (int64_t e = first_index(); e < total; e += grid_stride()) {
+    const int64_t i = e % inner, j = (e / inner) % n_idx, o = e / (inner * n_idx);
+    out[e] = src[(o * n_src + idx[j]) * inner + i];
+  }
+}
+
+template <typename T>
+__global__ void gather_kernel(int64_t outer, int64_t n_src, int64_t inner, const T* src, int64_t n_idx,
+                              const int64_t* idx, T* out) {
+  const int64_t total = outer * n_idx * inner;
+  for (int64_t e = first_index(); e < total; e += grid_stride()) {
+    const int64_t i = e % inner, o = e / (inner * n_idx);
+    out[e] = src[(o * n_src + idx[e]) * inner + i];
+  }
+}
+
+// ---- deterministic scatter: sort the sources by destination, then one thread per destination -----------------
+
+// keys[j] = idx[j], positions[j] = j: index_add's destinations are rows, shared by every (outer, inner).
+__global__ void row_keys_kernel(int64_t n_idx, const int64_t* idx, uint64_t* keys, int64_t* positions) {
+  for (int64_t j = first_index(); j < n_idx; j += grid_stride()) {
+    keys[j] = static_cast<uint64_t>(idx[j]);
+    positions[j] = j;
+  }
+}
+
+// keys[e] = the flat destination of source element e = (o, j, i): (o · n_dst + idx[e]) · inner + i, which orders
+// destinations like dst's memory; positions[e] = e.
+__global__ void element_keys_kernel(int64_t total, int64_t n_idx, int64_t n_dst, int64_t inner, const int64_t* idx,
+                                    uint64_t* keys, int64_t* positions) {
+  for (int64_t e = first_index(); e < total; e += grid_stride()) {
+    const int64_t i = e % inner, o = e / (inner * n_idx);
+    keys[e] = static_cast<uint64_t>((o * n_dst + idx[e]) * inner + i);
+    positions[e] = e;
+  }
+}
+
+// Sorted position s of index_add, for every (o, i): when s starts a run of equal rows, adds the run's source rows
+// (increasing j, as the sort is stable) onto dst[o, row, i], one at a time as the CPU does.
+template <typename T>
+__global__ void add_row_runs_kernel(int64_t outer, int64_t n_dst, int64_t inner, T* dst, int64_t n_idx,
+                                    const uint64_t* rows, const int64_t* js, const T* src) {
+  const int64_t total = outer * n_idx * inner;
+  for (int64_t e = first_index(); e < total; e += grid_stride()) {
+    const int64_t i = e % inner, s = (e / inner) % n_idx, o = e / (inner * n_idx);
+    if (s > 0 && rows[s] == rows[s - 1]) continue;
+    T* d = dst + (o * n_dst + static_cast<int64_t>(rows[s])) * inner + i;
+    T acc = *d;
+    for (int64_t t = s; t < n_idx && rows[t] == rows[s]; ++t) acc += src[(o * n_idx + js[t]) * inner + i];
+    *d = acc;
+  }
+}
+
+// Sorted position s of scatter_add: when s starts a run of equal destinations, adds the run's sources.
+template <typename T>
+__global__ void add_element_runs_kernel(int64_t total, T* dst, const uint64_t* dests, const int64_t* positions,
+                                        const T* src) {
+  for (int64_t s = first_index(); s < total; s += grid_stride()) {
+    if (s > 0 && dests[s] == dests[s - 1]) continue;
+    T* d = dst + static_cast<int64_t>(dests[s]);
+    T acc = *d;
+    for (int64_t t = s; t < total && dests[t] == dests[s]; ++t) acc += src[positions[t]];
+    *d = acc;
+  }
+}
+
+// Bits the radix sort must look at for keys below `bound`.
+int key_bits(uint64_t bound) {
+  int bits = 1;
+  while (bits < 64 && (uint64_t{1} << bits) < bound) ++bits;
+  return bits;
+}
+
+// Scratch for n keys and positions, in and out, and cub's own temporary storage; sorts (keys, positions) stably
+// by key. Returns the sorted pair through the out pointers.
+class StableSort {
+ public:
+  StableSort(int64_t n, uint64_t key_bound, cudaStream_t stream)
+      : n_(n), bits_(key_bits(key_bound)), stream_(stream),
+        buffers_(static_cast<std::size_t>(n) * 2 * (sizeof(uint64_t) + sizeof(int64_t)), stream) {
+    keys_in = buffers_.as<uint64_t>();
+    keys_out = keys_in + n;
+    pos_in = reinterpret_cast<int64_t*>(keys_out + n);
+    pos_out = pos_in + n;
+  }
+
+  void sort() {
+    std::size_t temp_bytes = 0;
+    SHARDRT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, keys_out, pos_in, pos_out, n_,
+                                                       0, bits_, stream_));
+    StreamScratch temp(temp_bytes, stream_);
+    SHARDRT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.as<void>(), temp_bytes, keys_in, keys_out, pos_in,
+                                                       pos_out, n_, 0, bits_, stream_));
+  }
+
+  uint64_t *keys_in, *keys_out;
+  int64_t *pos_in, *pos_out;
+
+ private:
+  int64_t n_;
+  int bits_;
+  cudaStream_t stream_;
+  StreamScratch buffers_;
+};
+
+}  // namespace
+
+template <typename T>
+void index_select(int64_t outer, int64_t n_src, int64_t inner, const T* src, int64_t n_idx, const int64_t* idx,
+                  T* out, cudaStream_t stream) {
+  const int64_t total = outer * n_idx * inner;
+  if (total == 0) return;
+  index_select_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(outer, n_src, inner, src, n_idx, idx,
+                                                                                out);
+  SHARDRT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void gather(int64_t outer, int64_t n_src, int64_t inner, const T* src, int64_t n_idx, const int64_t* idx, T* out,
+            cudaStream_t stream) {
+  const int64_t total = outer * n_idx * inner;
+  if (total == 0) return;
+  gather_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(outer, n_src, inner, src, n_idx, idx, out);
+  SHARDRT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void index_add(int64_t outer, int64_t n_dst, int64_t inner, T* dst, int64_t n_idx, const int64_t* idx, const T* src,
+               cudaStream_t stream) {
+  const int64_t total = outer * n_idx * inner;
+  if (total == 0) return;
+  StableSort sorted(n_idx, static_cast<uint64_t>(n_dst), stream);
+  row_keys_kernel<<<blocks_for(n_idx, kThreads), kThreads, 0, stream>>>(n_idx, idx, sorted.keys_in, sorted.pos_in);
+  SHARDRT_CUDA_CHECK(cudaGetLastError());
+  sorted.sort();
+  add_row_runs_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(outer, n_dst, inner, dst, n_idx,
+                                                                                sorted.keys_out, sorted.pos_out, src);
+  SHARDRT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void scatter_add(int64_t outer, int64_t n_dst, int64_t inner, T* dst, int64_t n_idx, const int64_t* idx,
+                 const T* src, cudaStream_t stream) {
+  const int64_t total = outer * n_idx * inner;
+  if (total == 0) return;
+  StableSort sorted(total, static_cast<uint64_t>(outer * n_dst * inner), stream);
+  element_keys_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(total, n_idx, n_dst, inner, idx,
+                                                                            sorted.keys_in, sorted.pos_in);
+  SHARDRT_CUDA_CHECK(cudaGetLastError());
+  sorted.sort();
+  add_element_runs_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(total, dst, sorted.keys_out,
+                                                                                    sorted.pos_out, src);
+  SHARDRT_CUDA_CHECK(cudaGetLastError());
+}
+
+#define SHARDRT_INSTANTIATE_INDEX(T)                                                                              \
+  template void index_select<T>(int64_t, int64_t, int64_t, const T*, int64_t, const int64_t*, T*, cudaStream_t); \
+  template void index_add<T>(int64_t, int64_t, int64_t, T*, int64_t, const int64_t*, const T*, cudaStream_t);    \
+  template void gather<T>(int64_t, int64_t, int64_t, const T*, int64_t, const int64_t*, T*, cudaStream_t);       \
+  template void scatter_add<T>(int64_t, int64_t, int64_t, T*, int64_t, const int64_t*, const T*, cudaStream_t);
+
+SHARDRT_INSTANTIATE_INDEX(float)
+SHARDRT_INSTANTIATE_INDEX(double)
+#undef SHARDRT_INSTANTIATE_INDEX
+
+}  // namespace shardrt::kernels::cuda
