@@ -75,7 +75,7 @@ using namespace shardrt::capi;
 extern "C" {
 
 shardrt_status shardrt_model_create(shardrt_model* out, shardrt_mesh mesh, const char* kind, const char* config,
-                                    const char* weights, shardrt_dtype dtype, uint64_t seed) {
+                                    const char* weights, int dtype, uint64_t seed) {
   const char* fn = "shardrt_model_create";
   return entry(fn, [&] {
     require(out, fn, "out");

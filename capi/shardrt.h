@@ -23,6 +23,8 @@
  * - Shapes and strides are int64_t arrays of `ndim` entries, in elements, in the caller's dimension order; dims are
  *   never reversed. Column-major (Fortran) memory is described by its strides (SHARDRT_LAYOUT_COL_MAJOR computes
  *   them), never transposed.
+ * - Enumerations are passed as int (`dtype` a shardrt_dtype, `layout` a shardrt_layout), so that a wrong value
+ *   from any language is a status, never undefined behaviour.
  * - Thread safety: handles of different models may be used from different threads; one handle must not be used by
  *   two threads at once. shardrt_last_error() is per thread.
  */
@@ -56,8 +58,8 @@ typedef enum shardrt_status {
   SHARDRT_ERR_INTERNAL = 11        /* anything else (out of memory, a bug): the message says what */
 } shardrt_status;
 
-/* The name of a status ("SHARDRT_ERR_SHAPE"); never NULL. */
-const char* shardrt_status_name(shardrt_status status);
+/* The name of a status ("SHARDRT_ERR_SHAPE"); never NULL. Takes an int so that any value may be passed. */
+const char* shardrt_status_name(int status);
 
 /* The message of this thread's last failed call ("" when there was none). Valid until this thread's next call. */
 const char* shardrt_last_error(void);
@@ -157,9 +159,8 @@ shardrt_status shardrt_mesh_comm_reset(shardrt_mesh mesh);
  * when ShardRT was built with CUDA; a GPU in a build without CUDA is SHARDRT_ERR_DEVICE). `flags`: a copy policy
  * (SHARDRT_COPY_*). `data` may be NULL only when the tensor has no elements (a zero-size subdomain). The memory
  * must stay valid for as long as the tensor or anything made from it is used. Not collective. */
-shardrt_status shardrt_tensor_wrap(shardrt_tensor* out, shardrt_context ctx, void* data, shardrt_dtype dtype,
-                                   int ndim, const int64_t* shape, const int64_t* strides, shardrt_layout layout,
-                                   int device, int flags);
+shardrt_status shardrt_tensor_wrap(shardrt_tensor* out, shardrt_context ctx, void* data, int dtype, int ndim,
+                                   const int64_t* shape, const int64_t* strides, int layout, int device, int flags);
 shardrt_status shardrt_tensor_destroy(shardrt_tensor t);
 /* ndim, then up to `cap` shape entries (shape may be NULL when cap is 0). */
 shardrt_status shardrt_tensor_shape(shardrt_tensor t, int* ndim, int64_t* shape, int cap);
@@ -214,7 +215,7 @@ shardrt_status shardrt_sharded_is_copy(shardrt_sharded s, int* copied);
  * seeded initialisation (`seed`). `dtype`: SHARDRT_F32 or SHARDRT_F64 (parameters and
  * compute). Several models may live at once, on the same or different meshes. */
 shardrt_status shardrt_model_create(shardrt_model* out, shardrt_mesh mesh, const char* kind, const char* config,
-                                    const char* weights, shardrt_dtype dtype, uint64_t seed);
+                                    const char* weights, int dtype, uint64_t seed);
 shardrt_status shardrt_model_destroy(shardrt_model model);
 /* The model's parameter count (elements, as PhysicsNeMo counts them). */
 shardrt_status shardrt_model_num_parameters(shardrt_model model, int64_t* count);
@@ -230,7 +231,8 @@ shardrt_status shardrt_model_clear_inputs(shardrt_model model);
 shardrt_status shardrt_model_forward(shardrt_model model, shardrt_sharded output, int record_grad);
 /* Backward of the last forward(record_grad = 1) with `grad_output` (laid out like the output): accumulates every
  * parameter's grad (summed over the domain group; when an optimizer is attached, into its arena, and its step
- * reduces them over ddp) and, for inputs bound to tensors whose grads are requested, their grads. Collective. */
+ * reduces them over ddp) and computes the grads of the floating inputs of that forward (read them with
+ * shardrt_model_input_grad). One backward per forward. Collective. */
 shardrt_status shardrt_model_backward(shardrt_model model, shardrt_sharded grad_output);
 /* After backward: the grad of the input bound as `name` into `grad` (laid out like that input). Not collective. */
 shardrt_status shardrt_model_input_grad(shardrt_model model, const char* name, shardrt_sharded grad);

@@ -195,7 +195,7 @@ using namespace shardrt::capi;
 
 extern "C" {
 
-const char* shardrt_status_name(shardrt_status status) {
+const char* shardrt_status_name(int status) {
   switch (status) {
     case SHARDRT_OK: return "SHARDRT_OK";
     case SHARDRT_ERR_NULL_ARGUMENT: return "SHARDRT_ERR_NULL_ARGUMENT";

@@ -103,9 +103,8 @@ using namespace shardrt::capi;
 
 extern "C" {
 
-shardrt_status shardrt_tensor_wrap(shardrt_tensor* out, shardrt_context c, void* data, shardrt_dtype dtype,
-                                   int ndim, const int64_t* shape, const int64_t* strides, shardrt_layout layout,
-                                   int device, int flags) {
+shardrt_status shardrt_tensor_wrap(shardrt_tensor* out, shardrt_context c, void* data, int dtype, int ndim,
+                                   const int64_t* shape, const int64_t* strides, int layout, int device, int flags) {
   const char* fn = "shardrt_tensor_wrap";
   return entry(fn, [&] {
     require(out, fn, "out");
@@ -118,7 +117,7 @@ shardrt_status shardrt_tensor_wrap(shardrt_tensor* out, shardrt_context c, void*
       SHARDRT_CHECK(shape[k] >= 0, ShapeError, fn, ": shape ", list(shape, ndim), " has a negative extent (dim ", k,
                     ")");
     SHARDRT_CHECK(layout == SHARDRT_LAYOUT_ROW_MAJOR || layout == SHARDRT_LAYOUT_COL_MAJOR, ValueError, fn,
-                  ": layout ", static_cast<int>(layout),
+                  ": layout ", layout,
                   " is neither SHARDRT_LAYOUT_ROW_MAJOR (0) nor SHARDRT_LAYOUT_COL_MAJOR (1)");
     SHARDRT_CHECK(flags == SHARDRT_COPY_DEFAULT || flags == SHARDRT_COPY_ALLOW || flags == SHARDRT_COPY_FORBID,
                   ValueError, fn, ": flags ", flags,

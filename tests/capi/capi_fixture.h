@@ -69,9 +69,9 @@ inline Tensor whole(int64_t B, int64_t N, int64_t C, double (*f)(int64_t, int64_
 struct Session {
   shardrt_context ctx{0};
   shardrt_mesh mesh{0};
-  explicit Session(int flags = SHARDRT_AGREE_ERRORS) {
+  explicit Session(int flags = SHARDRT_AGREE_ERRORS, int ddp = 1) {
     CAPI_OK(shardrt_context_create(&ctx, MPI_COMM_WORLD, flags));
-    CAPI_OK(shardrt_mesh_create(&mesh, ctx, MPI_COMM_WORLD, 1, world_size(), SHARDRT_DEVICE_CPU));
+    CAPI_OK(shardrt_mesh_create(&mesh, ctx, MPI_COMM_WORLD, ddp, world_size() / ddp, SHARDRT_DEVICE_CPU));
   }
   ~Session() {
     shardrt_mesh_destroy(mesh);

@@ -64,8 +64,7 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
   auto wrap = [&](void* data, int dtype, int ndim, const int64_t* shape, const int64_t* strides, int layout,
                   int device, int flags) {
     shardrt_tensor t{0};
-    const shardrt_status st = shardrt_tensor_wrap(&t, s.ctx, data, static_cast<shardrt_dtype>(dtype), ndim, shape,
-                                                  strides, static_cast<shardrt_layout>(layout), device, flags);
+    const shardrt_status st = shardrt_tensor_wrap(&t, s.ctx, data, dtype, ndim, shape, strides, layout, device, flags);
     if (t.id) shardrt_tensor_destroy(t);  // keeps the failed call's error as the last one
     return st;
   };
@@ -81,7 +80,7 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
   auto create = [&](const char* kind, const char* config, const char* weights, int dtype) {
     shardrt_model m{0};
     const shardrt_status st =
-        shardrt_model_create(&m, s.mesh, kind, config, weights, static_cast<shardrt_dtype>(dtype), 0);
+        shardrt_model_create(&m, s.mesh, kind, config, weights, dtype, 0);
     if (m.id) shardrt_model_destroy(m);
     return st;
   };
