@@ -2,6 +2,7 @@
 
 #include <cublasLt.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -86,6 +87,15 @@ struct LtDescriptors {
   }
 };
 
+// The largest power of two up to 256 that divides the address: cuBLASLt's heuristic assumes 256-byte aligned
+// buffers unless told otherwise, and a view into a larger tensor (narrow, an arena slot) may be less aligned.
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
 }  // namespace
 
 bool gemm_lt(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda,
@@ -133,6 +143,15 @@ bool gemm_lt(DType dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int6
   check_lt(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
                                                 sizeof(workspace_bytes)),
            "cublasLtMatmulPreferenceSetAttribute", p);
+  // cuBLASLt's first operand is our B, its second our A; C and D are both C.
+  const uint32_t align[4] = {alignment_of(B), alignment_of(A), alignment_of(C), alignment_of(C)};
+  const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    check_lt(cublasLtMatmulPreferenceSetAttribute(d.pref, align_attr[i], &align[i], sizeof(align[i])),
+             "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)", p);
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t heuristic =
