@@ -77,7 +77,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                   double eps = 1e-5);
 
-// ---- attention (ops/attention.cpp) (cpu) -----------------------------------------------------------------
+// ---- attention (ops/attention.cpp) (cpu, cuda) -----------------------------------------------------------
 struct AttentionOutput {
   Tensor out;  // (..., Nq, Dv)
   Tensor lse;  // (..., Nq): log-sum-exp of the scaled scores of each query row; differentiable

@@ -1,4 +1,5 @@
-// Scaled dot-product attention with a differentiable log-sum-exp output, on the blocked CPU kernel.
+// Scaled dot-product attention with a differentiable log-sum-exp output, on the blocked CPU kernel or the tiled
+// CUDA kernel (kernels/cuda/attention.h), whichever device the inputs live on.
 //
 // The leading dims of q, k and v (batch, heads, ...) are flattened into one BH dim of independent problems.
 // The forward returns out and lse; the backward recomputes the probabilities from q, k and lse block by block,
@@ -7,6 +8,7 @@
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cuda/attention.h"
 
 namespace shardrt {
 
@@ -42,7 +44,6 @@ std::vector<Tensor> attention_forward(AttentionCtx& ctx, const Tensor& q, const 
   check_float(op, v, "v");
   check_compatible(op, {&q, &k, &v});
   check_attention_shapes(op, q, k, v);
-  cpu_kernel_only(op, q, "q");
 
   const Shape lead = leading_dims(q);
   ctx.bh = shape_numel(lead);
@@ -62,8 +63,17 @@ std::vector<Tensor> attention_forward(AttentionCtx& ctx, const Tensor& q, const 
   Tensor lse = Tensor::empty(lse_shape, q.dtype(), q.device());
   dispatch_float(op, q, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::attention_forward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, T(scale), ctx.q.data<T>(),
-                                       ctx.k.data<T>(), ctx.v.data<T>(), out.data<T>(), lse.data<T>());
+    on_device(
+        q,
+        [&] {
+          kernels::cpu::attention_forward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, T(scale), ctx.q.data<T>(),
+                                             ctx.k.data<T>(), ctx.v.data<T>(), out.data<T>(), lse.data<T>());
+        },
+        [&](CudaStream stream) {
+          kernels::cuda::attention_forward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, T(scale), ctx.q.data<T>(),
+                                              ctx.k.data<T>(), ctx.v.data<T>(), out.data<T>(), lse.data<T>(),
+                                              stream);
+        });
   });
   ctx.out = out;
   ctx.lse = lse;
@@ -77,10 +87,20 @@ std::vector<Tensor> attention_backward(AttentionCtx& ctx, const std::vector<Tens
   Tensor gq = empty_like(ctx.q), gk = empty_like(ctx.k), gv = empty_like(ctx.v);
   dispatch_float("scaled_dot_product_attention", grad_out, [&](auto tag) {
     using T = decltype(tag);
-    kernels::cpu::attention_backward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, T(ctx.scale), ctx.q.data<T>(),
-                                        ctx.k.data<T>(), ctx.v.data<T>(), ctx.out.data<T>(), ctx.lse.data<T>(),
-                                        grad_out.data<T>(), grad_lse.data<T>(), gq.data<T>(), gk.data<T>(),
-                                        gv.data<T>());
+    on_device(
+        grad_out,
+        [&] {
+          kernels::cpu::attention_backward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, T(ctx.scale), ctx.q.data<T>(),
+                                              ctx.k.data<T>(), ctx.v.data<T>(), ctx.out.data<T>(),
+                                              ctx.lse.data<T>(), grad_out.data<T>(), grad_lse.data<T>(),
+                                              gq.data<T>(), gk.data<T>(), gv.data<T>());
+        },
+        [&](CudaStream stream) {
+          kernels::cuda::attention_backward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, T(ctx.scale), ctx.q.data<T>(),
+                                               ctx.k.data<T>(), ctx.v.data<T>(), ctx.out.data<T>(),
+                                               ctx.lse.data<T>(), grad_out.data<T>(), grad_lse.data<T>(),
+                                               gq.data<T>(), gk.data<T>(), gv.data<T>(), stream);
+        });
   });
   return {gq, gk, gv};
 }

@@ -1,7 +1,7 @@
 // One block of scaled dot-product attention on Tensors, and the log-sum-exp merge of block results: the pieces
 // the sharded attention patches (patches/attention.cpp) compute per K/V block, shared with them the way
 // relative_l2.h is shared with patches/loss.cpp, so a patch reaches the kernels only through here. Not recorded
-// on the tape: the patches record their own node. (cpu); on CUDA tensors DeviceError "<op>: no CUDA kernel yet".
+// on the tape: the patches record their own node. (cpu, cuda): the CUDA kernels of kernels/cuda/attention.h.
 #pragma once
 #include <cstdint>
 

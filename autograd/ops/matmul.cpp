@@ -13,6 +13,7 @@
 #include "autograd/ops/common.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_lt.h"
 
 namespace shardrt {
 
@@ -206,6 +207,23 @@ struct LinearCtx {
   bool x_needs_grad = false, weight_needs_grad = false, bias_needs_grad = false;
 };
 
+// y = x W^T + b in one cuBLASLt GEMM with a bias epilogue, for f32 CUDA tensors (the bias is not written
+// into y first and read back by the GEMM). False, with nothing queued, where cuBLASLt has no such algorithm.
+bool linear_with_fused_bias(const LinearCtx& ctx, const Tensor& x2, const Tensor& w, const Tensor& bias,
+                            const Tensor& y) {
+  if (x2.device().is_cpu() || y.dtype() != DType::f32) return false;
+  const Tensor b = bias.contiguous();
+  bool done = false;
+  on_device(
+      y, [] {},
+      [&](CudaStream stream) {
+        done = kernels::cuda::gemm_lt(y.dtype(), false, true, ctx.rows, ctx.out, ctx.in, x2.raw_data(), ctx.in,
+                                      w.raw_data(), ctx.in, y.raw_data(), ctx.out, kernels::cuda::LtEpilogue::bias,
+                                      b.raw_data(), /*allow_tf32=*/false, stream);
+      });
+  return done;
+}
+
 Tensor linear_forward(LinearCtx& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_float("linear", x, "input");
   check_float("linear", weight, "weight");
@@ -232,11 +250,13 @@ Tensor linear_forward(LinearCtx& ctx, const Tensor& x, const Tensor& weight, con
   g.trans_b = true;
   g.M = ctx.rows, g.N = ctx.out, g.K = ctx.in;
   g.lda = ctx.in, g.ldb = ctx.in, g.ldc = ctx.out;
-  if (bias.defined()) {
-    y.copy_(bias.expand({ctx.rows, ctx.out}));
-    g.beta = 1.0;
+  if (!bias.defined() || !linear_with_fused_bias(ctx, x2, w, bias, y)) {
+    if (bias.defined()) {
+      y.copy_(bias.expand({ctx.rows, ctx.out}));
+      g.beta = 1.0;
+    }
+    launch_gemm("linear", g, x2, w, y);
   }
-  launch_gemm("linear", g, x2, w, y);
 
   if (ctx.weight_needs_grad) ctx.x2 = x2.detach();
   if (ctx.x_needs_grad) ctx.weight = w.detach();

@@ -1,9 +1,12 @@
 // kernels/cuda/*.h for builds without CUDA: every launcher exists, so the ops above call them without a
 // preprocessor guard, and each throws DeviceError naming itself. In such a build no tensor can live on a CUDA
 // device, so these are reached only by calling a kernel directly (the pattern of runtime/cuda_context_none.cpp).
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_lt.h"
 #include "kernels/cuda/norm.h"
+#include "kernels/cuda/optim_update.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/cuda/softmax.h"
 #include "runtime/errors.h"
@@ -156,6 +159,13 @@ void gemm_strided_batched(DType, bool, bool, int64_t, int64_t, int64_t, double, 
   unavailable("gemm_strided_batched");
 }
 
+// ---- gemm_lt.h ----
+
+bool gemm_lt(DType, bool, bool, int64_t, int64_t, int64_t, const void*, int64_t, const void*, int64_t, void*, int64_t,
+             LtEpilogue, const void*, bool, CudaStream) {
+  unavailable("gemm_lt");
+}
+
 // The float and double instantiations the .cu files provide in a CUDA build.
 #define SHARDRT_INSTANTIATE_UNAVAILABLE(T)                                                                           \
   template void unary<T>(UnaryOp, int64_t, const T*, T*, CudaStream);                                               \
@@ -195,5 +205,59 @@ void gemm_strided_batched(DType, bool, bool, int64_t, int64_t, int64_t, double, 
 SHARDRT_INSTANTIATE_UNAVAILABLE(float)
 SHARDRT_INSTANTIATE_UNAVAILABLE(double)
 #undef SHARDRT_INSTANTIATE_UNAVAILABLE
+
+// ---- attention.h (float, double, bf16, f16) ----
+
+template <typename T>
+void attention_forward(int64_t, int64_t, int64_t, int64_t, int64_t, AccumT<T>, const T*, const T*, const T*, T*,
+                       AccumT<T>*, CudaStream) {
+  unavailable("attention_forward");
+}
+template <typename T>
+void attention_backward(int64_t, int64_t, int64_t, int64_t, int64_t, AccumT<T>, const T*, const T*, const T*,
+                        const T*, const AccumT<T>*, const T*, const AccumT<T>*, T*, T*, T*, CudaStream) {
+  unavailable("attention_backward");
+}
+template <typename T>
+void attention_merge(int64_t, int64_t, T*, AccumT<T>*, const T*, const AccumT<T>*, CudaStream) {
+  unavailable("attention_merge");
+}
+#define SHARDRT_INSTANTIATE_UNAVAILABLE_ATTENTION(T)                                                               \
+  template void attention_forward<T>(int64_t, int64_t, int64_t, int64_t, int64_t, AccumT<T>, const T*, const T*,   \
+                                     const T*, T*, AccumT<T>*, CudaStream);                                        \
+  template void attention_backward<T>(int64_t, int64_t, int64_t, int64_t, int64_t, AccumT<T>, const T*, const T*,  \
+                                      const T*, const T*, const AccumT<T>*, const T*, const AccumT<T>*, T*, T*, T*, \
+                                      CudaStream);                                                                 \
+  template void attention_merge<T>(int64_t, int64_t, T*, AccumT<T>*, const T*, const AccumT<T>*, CudaStream);
+SHARDRT_INSTANTIATE_UNAVAILABLE_ATTENTION(float)
+SHARDRT_INSTANTIATE_UNAVAILABLE_ATTENTION(double)
+SHARDRT_INSTANTIATE_UNAVAILABLE_ATTENTION(bf16)
+SHARDRT_INSTANTIATE_UNAVAILABLE_ATTENTION(f16)
+#undef SHARDRT_INSTANTIATE_UNAVAILABLE_ATTENTION
+
+// ---- optim_update.h (float, double) ----
+
+template <typename T>
+void adamw_update(int64_t, T*, const T*, T*, T*, const AdamWHyper&, ParamCopy, CudaStream) {
+  unavailable("adamw_update");
+}
+template <typename T>
+void sgd_update(int64_t, T*, const T*, T*, const SGDHyper&, ParamCopy, CudaStream) {
+  unavailable("sgd_update");
+}
+template <typename T>
+void muon_update(int64_t, int64_t, T*, const T*, T*, const MuonHyper&, ParamCopy, CudaStream) {
+  unavailable("muon_update");
+}
+template void adamw_update<float>(int64_t, float*, const float*, float*, float*, const AdamWHyper&, ParamCopy,
+                                  CudaStream);
+template void adamw_update<double>(int64_t, double*, const double*, double*, double*, const AdamWHyper&, ParamCopy,
+                                   CudaStream);
+template void sgd_update<float>(int64_t, float*, const float*, float*, const SGDHyper&, ParamCopy, CudaStream);
+template void sgd_update<double>(int64_t, double*, const double*, double*, const SGDHyper&, ParamCopy, CudaStream);
+template void muon_update<float>(int64_t, int64_t, float*, const float*, float*, const MuonHyper&, ParamCopy,
+                                 CudaStream);
+template void muon_update<double>(int64_t, int64_t, double*, const double*, double*, const MuonHyper&, ParamCopy,
+                                  CudaStream);
 
 }  // namespace shardrt::kernels::cuda

@@ -6,6 +6,7 @@
 //
 // Without a GPU the CUDA run is skipped with a warning, and the same table still runs on the CPU as a check of the
 // harness and of the f32 tolerances: every f32 case against its f64 oracle on the same (f32-rounded) inputs.
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -55,6 +56,12 @@ struct Op {
 // Fixed class targets for cross_entropy, on the logits' device.
 Tensor targets_like(const Tensor& logits) {
   return from_vector({4, 0, 2, 2, 1, 3}, {6}, {DType::i64, Device::cpu()}).to(logits.device());
+}
+
+// Attention's two outputs as one flat tensor, so the random grad_output reaches both out and lse.
+Tensor attention_out_and_lse(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const AttentionOutput a = scaled_dot_product_attention(q, k, v, 1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  return cat({a.out.reshape({a.out.numel()}), a.lse.reshape({a.lse.numel()})}, 0);
 }
 
 DType other_float(DType t) { return t == DType::f32 ? DType::f64 : DType::f32; }
@@ -165,6 +172,22 @@ std::vector<Op> ops() {
       {"linear with bias", {{4, 5, 7}, {6, 7}, {6}}, 1e-5, Domain::normal,
        [](In x) { return linear(x[0], x[1], x[2]); }},
       {"linear without bias", {{5, 7}, {6, 7}}, 1e-5, Domain::normal, [](In x) { return linear(x[0], x[1]); }},
+      // On cuda, f32 linear with a bias runs one cuBLASLt GEMM with the bias epilogue (kernels/cuda/gemm_lt.h).
+      {"linear with bias then gelu, model-sized rows (the fused epilogue)", {{3, 70, 48}, {96, 48}, {96}}, 1e-5,
+       Domain::normal, [](In x) { return gelu(linear(x[0], x[1], x[2])); }},
+
+      // ---- attention (autograd/ops/attention.cpp): several query and key tiles, odd head dims, Dv != D ----
+      {"attention, odd head dim and Dv != D", {{2, 3, 9, 5}, {2, 3, 11, 5}, {2, 3, 11, 7}}, 1e-5, Domain::normal,
+       [](In x) { return attention_out_and_lse(x[0], x[1], x[2]); }},
+      {"attention, head dim 64 over several tiles", {{1, 2, 41, 64}, {1, 2, 70, 64}, {1, 2, 70, 64}}, 1e-5,
+       Domain::normal, [](In x) { return attention_out_and_lse(x[0], x[1], x[2]); }},
+      {"attention of (B, N, H, D) views, as the models call it", {{2, 37, 2, 8}, {2, 37, 2, 8}, {2, 37, 2, 8}}, 1e-5,
+       Domain::normal,
+       [](In x) {
+         return attention_out_and_lse(transpose(x[0], 1, 2), transpose(x[1], 1, 2), transpose(x[2], 1, 2));
+       }},
+      {"attention, one query and one key", {{1, 1, 3}, {1, 1, 3}, {1, 1, 2}}, 1e-5, Domain::normal,
+       [](In x) { return attention_out_and_lse(x[0], x[1], x[2]); }},
 
       // ---- shape ops and copies (autograd/ops/shape.cpp) ----
       {"contiguous copy of a permuted view", {{4, 5, 6}, {6, 4, 5}}, 1e-6, Domain::normal,
