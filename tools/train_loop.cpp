@@ -25,6 +25,7 @@
 #include "runtime/allocator.h"
 #include "runtime/errors.h"
 #include "tools/plot_darcy.h"
+#include "tools/train_io.h"
 #include "tools/train_metrics.h"
 
 namespace shardrt::tools {
@@ -111,17 +112,18 @@ struct PanelSample {
 
 // The mean over validation samples of ||pred - true|| / ||true|| of the pressure ("darcy"), in physical units
 // (the normaliser undone). Whole tensors are gathered per batch: validation is small next to training.
-double validate(models::Model& model, data::DarcyLoader& val, const std::optional<data::Normalizer>& norm,
-                int64_t batches, int64_t panel_sample, PanelSample* panel) {
+double validate(models::Model& model, const DarcyModelIO& io, data::DarcyLoader& val,
+                const std::optional<data::Normalizer>& norm, int64_t batches, int64_t panel_sample,
+                PanelSample* panel) {
   NoGradGuard no_grad;
   val.seek(0);
   double total = 0;
   int64_t counted = 0;
   for (int64_t k = 0; k < batches; ++k) {
     data::DarcyBatch b = val.next();
-    const ShardTensor pred = model.forward({{"fx", b.permeability}}).at(0);
+    const ShardTensor pred = model.forward(io.inputs(b)).at(0);
     Tensor p = full_tensor(pred).to(DType::f64).contiguous().clone();
-    Tensor t = full_tensor(b.darcy).to(DType::f64).contiguous().clone();
+    Tensor t = full_tensor(io.target(b)).to(DType::f64).contiguous().clone();
     if (norm) norm->denormalize("darcy", p), norm->denormalize("darcy", t);
     const int64_t B = p.size(0), n = p.numel() / B;
     const double* pp = p.data<double>();
@@ -259,15 +261,14 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
   }
   const std::optional<data::Normalizer>& norm = resumed.normalizer;
 
-  const Shape fx_shape = data::batch_shape(data::FieldLayout::channels_last, c.ddp, R, R);
+  const std::unique_ptr<DarcyModelIO> io = agreed(mesh, [&] { return darcy_model_io(*model, mesh, R); });
   data::LoaderOptions lo;
   lo.batch_size = c.ddp;
   lo.shuffle = c.shuffle;
   lo.seed = c.data_seed;
   lo.dtype = c.dtype;
-  lo.placements = model->input_placements("fx", fx_shape, mesh);
-  lo.extents = model->input_extents("fx", fx_shape, mesh);
   lo.normalizer = norm;
+  lo = io->loader_layout(lo, c.ddp, R);
   auto train = agreed(mesh, [&] { return std::make_unique<data::DarcyLoader>(c.train_manifest, mesh, lo); });
   train->seek(resumed.loader_position);
   std::unique_ptr<data::DarcyLoader> val;
@@ -307,19 +308,23 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
   auto window_start = Clock::now();
   int64_t window_steps = 0;
   int64_t epoch = 0;
+  std::optional<StepMeasure> measure;
+  if (!options.measure_path.empty()) measure.emplace(mesh);
   while (step < total) {
     double loss_sum = 0, lr = 0;
+    if (measure) measure->begin();
     for (int64_t k = 0; k < micro; ++k) {
       data::DarcyBatch b = train->next();
       epoch = b.epoch;
-      const ShardTensor pred = model->forward({{"fx", b.permeability}}).at(0);
-      const ShardTensor loss = training_loss(c, pred, b.darcy);
+      const ShardTensor pred = model->forward(io->inputs(b)).at(0);
+      const ShardTensor loss = training_loss(c, pred, io->target(b));
       backward(loss.local());
       loss_sum += loss.local().item();
       // The optimizer counts micro-batches: every accumulation_steps-th call updates, with the summed grads / k.
       if (k == micro - 1) lr = c.base_lr * opt.current_lr_factor();
       opt.step();
     }
+    if (measure) measure->end();
     ++step, ++window_steps;
     const double loss = loss_sum / static_cast<double>(micro);
     last_loss = loss;
@@ -332,7 +337,7 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
     const bool do_log = step % c.log_every == 0 || last || do_val;
     std::optional<double> val_l2;
     if (do_val) {
-      val_l2 = validate(*model, *val, norm, val_batches, c.panel_sample, last ? &panel : nullptr);
+      val_l2 = validate(*model, *io, *val, norm, val_batches, c.panel_sample, last ? &panel : nullptr);
       last_val = *val_l2;
     }
     if (do_log) {
@@ -354,6 +359,7 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
     }
     if (c.checkpoint_every > 0 && step % c.checkpoint_every == 0 && !last)
       save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position());
+    if (measure && last) measure->write(options.measure_path);
     if (options.stop_after > 0 && step == options.stop_after && !last) {
       save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position());
       if (root) std::printf("stopped after step %lld; checkpoint %s (continue with --resume)\n",
