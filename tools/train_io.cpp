@@ -12,13 +12,14 @@ namespace shardrt::tools {
 using data::DarcyBatch;
 using data::FieldLayout;
 
-data::LoaderOptions DarcyModelIO::loader_layout(data::LoaderOptions base, int64_t batch, int64_t resolution) const {
+data::LoaderOptions DarcyModelIO::loader_layout(data::LoaderOptions base, int64_t batch, int64_t height,
+                                                int64_t width) const {
   base.layout = layout();
-  if (model_.kind() == "geotransolver") {
-    base.placements.clear(), base.extents.clear();  // the loader's default: samples and rows, split evenly
+  if (model_.kind() == "geotransolver") {  // the loader's default: samples and rows (dim 1), split evenly
+    base.placements = models::samples_and_domain(mesh_, 1), base.extents.clear();
     return base;
   }
-  const Shape shape = data::batch_shape(base.layout, batch, resolution, resolution);
+  const Shape shape = data::batch_shape(base.layout, batch, height, width);
   const std::string name = model_.kind() == "vit" ? "x" : "fx";
   base.placements = model_.input_placements(name, shape, mesh_);
   base.extents = model_.input_extents(name, shape, mesh_);
@@ -102,19 +103,20 @@ class GeoTransolverIO : public DarcyModelIO {
 
 }  // namespace
 
-std::unique_ptr<DarcyModelIO> darcy_model_io(const models::Model& model, const Mesh& mesh, int64_t resolution) {
+std::unique_ptr<DarcyModelIO> darcy_model_io(const models::Model& model, const Mesh& mesh, int64_t height,
+                                             int64_t width) {
   const std::string kind = model.kind();
   if (kind == "flare") return std::unique_ptr<DarcyModelIO>(new FlareIO(model, mesh));
   if (kind == "vit") {
     const auto& c = dynamic_cast<const models::HybridViT&>(model).config;
-    const int64_t r = resolution;
+    const int64_t h = height, w = width;
     SHARDRT_CHECK(c.in_channels == 1, ValueError, "shardrt-train: vit on Darcy takes the permeability as a one-channel "
                   "image: set model.args.in_channels=1 (it is ", c.in_channels, ")");
-    SHARDRT_CHECK(c.img_size.size() == 2 && c.img_size[0] == r && c.img_size[1] == r, ValueError,
-                  "shardrt-train: vit on Darcy needs model.args.img_size=[", r, ", ", r, "] (the data is ", r, "x", r,
+    SHARDRT_CHECK(c.img_size.size() == 2 && c.img_size[0] == h && c.img_size[1] == w, ValueError,
+                  "shardrt-train: vit on Darcy needs model.args.img_size=[", h, ", ", w, "] (the data is ", h, "x", w,
                   ")");
-    SHARDRT_CHECK(c.num_classes == r * r, ValueError, "shardrt-train: vit on Darcy predicts the whole ", r, "x", r,
-                  " pressure field from its head: set model.args.num_classes=", r * r, " (it is ", c.num_classes,
+    SHARDRT_CHECK(c.num_classes == h * w, ValueError, "shardrt-train: vit on Darcy predicts the whole ", h, "x", w,
+                  " pressure field from its head: set model.args.num_classes=", h * w, " (it is ", c.num_classes,
                   ")");
     return std::unique_ptr<DarcyModelIO>(new VitIO(model, mesh));
   }

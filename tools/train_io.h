@@ -24,9 +24,9 @@ namespace shardrt::tools {
 class DarcyModelIO {
  public:
   virtual ~DarcyModelIO() = default;
-  // The loader's layout, placements and extents of both fields for a batch of `batch` samples of R x R.
+  // The loader's layout, placements and extents of both fields for a batch of `batch` samples of H x W.
   virtual data::FieldLayout layout() const = 0;
-  data::LoaderOptions loader_layout(data::LoaderOptions base, int64_t batch, int64_t resolution) const;
+  data::LoaderOptions loader_layout(data::LoaderOptions base, int64_t batch, int64_t height, int64_t width) const;
   virtual std::map<std::string, ShardTensor> inputs(const data::DarcyBatch& b) const = 0;
   virtual ShardTensor target(const data::DarcyBatch& b) const = 0;
   DarcyModelIO(const models::Model& model, const Mesh& mesh) : model_(model), mesh_(mesh) {}
@@ -36,9 +36,10 @@ class DarcyModelIO {
   Mesh mesh_;
 };
 
-// For model.kind(); a model whose configuration does not fit the Darcy data (a ViT whose num_classes is not R*R,
-// in_channels not 1, img_size not [R, R]; a GeoTransolver whose functional_dim is not 3 or geometry_dim not 2) is
-// a ValueError saying which argument to set.
-std::unique_ptr<DarcyModelIO> darcy_model_io(const models::Model& model, const Mesh& mesh, int64_t resolution);
+// For model.kind() on H x W fields; a model whose configuration does not fit them (a ViT whose num_classes is not
+// H*W, in_channels not 1, img_size not [H, W]; a GeoTransolver whose functional_dim is not 3 or geometry_dim not 2)
+// is a ValueError saying which argument to set.
+std::unique_ptr<DarcyModelIO> darcy_model_io(const models::Model& model, const Mesh& mesh, int64_t height,
+                                             int64_t width);
 
 }  // namespace shardrt::tools
