@@ -110,6 +110,10 @@ Plan make_plan(const PlanRequest& req) {
   const std::string kind = c.model_kind;
   if (kind == "flare") {
     const auto& t = dynamic_cast<const models::TransolverShell&>(*model).config();
+    const bool grid_fits = !t.structured_shape || *t.structured_shape == std::vector<int64_t>{R, R};
+    SHARDRT_CHECK(grid_fits, ValueError,
+                  "shardrt-plan: flare's structured_shape is not the ", R, "x", R,
+                  " grid planned; set --set model.args.structured_shape=[", R, ",", R, "]");
     m.hidden = t.n_hidden, m.heads = t.n_head, m.slices = t.slice_num, m.layers = t.n_layers;
   } else if (kind == "vit") {
     const auto& v = dynamic_cast<const models::HybridViT&>(*model).config;
