@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "autograd/tape.h"
+#include "models/transolver_shell.h"
 #include "runtime/errors.h"
 
 namespace shardrt::models {
@@ -80,13 +81,7 @@ GeoTransolverConfig read_geotransolver_config(const Json& config_in) {
   c.tuple_streams = tuple_f || tuple_o;
   c.geometry_dim = r.optional_integer("geometry_dim");
   c.global_dim = r.optional_integer("global_dim");
-  c.n_layers = r.integer("n_layers", c.n_layers);
-  c.n_hidden = r.integer("n_hidden", c.n_hidden);
-  c.dropout = r.number("dropout", c.dropout);
-  c.n_head = r.integer("n_head", c.n_head);
-  c.act = r.string("act", c.act);
-  c.mlp_ratio = r.integer("mlp_ratio", c.mlp_ratio);
-  c.slice_num = r.integer("slice_num", c.slice_num);
+  read_transolver_block_args(r, c);
   c.use_te = r.boolean("use_te", c.use_te);
   c.time_input = r.boolean("time_input", c.time_input);
   c.plus = r.boolean("plus", c.plus);

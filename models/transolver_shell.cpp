@@ -31,13 +31,7 @@ TransolverConfig read_transolver_config(ConfigReader& r) {
   c.functional_dim = r.integer("functional_dim");
   c.out_dim = r.integer("out_dim");
   c.embedding_dim = r.optional_integer("embedding_dim");
-  c.n_layers = r.integer("n_layers", c.n_layers);
-  c.n_hidden = r.integer("n_hidden", c.n_hidden);
-  c.dropout = r.number("dropout", c.dropout);
-  c.n_head = r.integer("n_head", c.n_head);
-  c.act = r.string("act", c.act);
-  c.mlp_ratio = r.integer("mlp_ratio", c.mlp_ratio);
-  c.slice_num = r.integer("slice_num", c.slice_num);
+  read_transolver_block_args(r, c);
   c.unified_pos = r.boolean("unified_pos", c.unified_pos);
   c.ref = r.integer("ref", c.ref);
   c.structured_shape = r.optional_integers("structured_shape");

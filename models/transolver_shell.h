@@ -42,6 +42,19 @@ struct TransolverConfig {
 // does not run (use_te, dropout > 0): ValueErrors naming the model and the argument.
 TransolverConfig read_transolver_config(ConfigReader& reader);
 
+// The block arguments every Transolver-family model takes under the same names (Transolver, FLARE, GeoTransolver),
+// read into any config with those fields; a field's value on entry is the model's own default.
+template <class Config>
+void read_transolver_block_args(ConfigReader& r, Config& c) {
+  c.n_layers = r.integer("n_layers", c.n_layers);
+  c.n_hidden = r.integer("n_hidden", c.n_hidden);
+  c.dropout = r.number("dropout", c.dropout);
+  c.n_head = r.integer("n_head", c.n_head);
+  c.act = r.string("act", c.act);
+  c.mlp_ratio = r.integer("mlp_ratio", c.mlp_ratio);
+  c.slice_num = r.integer("slice_num", c.slice_num);
+}
+
 // The unified positional grid, (1, Hs*Ws, ref*ref): the distance of each grid point (linspace(0, 1) per axis) to
 // each point of a ref x ref reference grid. Computed in f64, then converted to `dtype` (PhysicsNeMo's module
 // computes it in f32; checkpoints carry the buffer, so loading one overrides this either way).
