@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
       ->take_all();
   app.add_flag("--resume", options.resume, "continue from checkpoint.dir (weights, optimizer, loader, normaliser)");
   app.add_option("--stop-after", options.stop_after, "stop after this many steps, checkpoint written (then --resume)");
+  app.add_option("--measure", options.measure_path,
+                 "write per rank the peak bytes within a step and the comm bytes per step per mesh axis as JSON "
+                 "(to check shardrt-plan)");
   app.add_flag("--print-config", print_config, "print the merged config (defaults + file + --set) and stop");
   if (const auto stop = session.parse(app, argc, argv)) return *stop;
 

@@ -25,6 +25,8 @@
 #include "runtime/allocator.h"
 #include "runtime/errors.h"
 #include "tools/plot_darcy.h"
+#include "tools/train_io.h"
+#include "tools/train_loss.h"
 #include "tools/train_metrics.h"
 
 namespace shardrt::tools {
@@ -38,63 +40,6 @@ auto agreed(const Mesh& mesh, F&& fn) -> decltype(fn()) {
   std::optional<decltype(fn())> out;
   agree_on(mesh.flat(), [&] { out.emplace(fn()); });
   return std::move(*out);
-}
-
-// Per sample: the sum over every point (dims 1..), completed over the domain axes (the local sums are Partial
-// there), so the result is (B,) placed like the samples. One all_reduce per domain axis; its adjoint is local.
-ShardTensor per_sample_sum(const ShardTensor& x) {
-  std::vector<int> point_dims;
-  for (int i = 1; i < static_cast<int>(x.global_shape().size()); ++i) point_dims.push_back(i);
-  const ShardTensor partial = sum(x, point_dims);
-  Placements whole = partial.placements();
-  for (Placement& q : whole)
-    if (q.is_partial()) q = Placement::Replicate();
-  return redistribute(partial, whole);
-}
-
-// mean_b s_b over the GLOBAL batch for per-sample values s_b >= 0. The mean over a batch sharded on ddp has to come
-// from a loss patch, which owns the batch-axis scaling of the grads (patches/domain_batch.h), so s_b enters
-// mse_loss as sqrt(s_b) against 0: mean_b (sqrt s_b)^2 = mean_b s_b. (s_b = 0, a perfect sample, has no grad.)
-ShardTensor batch_mean(const ShardTensor& per_sample) {
-  ShardTensor zero;
-  {
-    NoGradGuard no_grad;
-    zero = mul_scalar(per_sample, 0.0);
-  }
-  return mse_loss(sqrt(per_sample), zero);
-}
-
-// The relative L2 error of each sample, ||p_b - t_b|| / ||t_b||, averaged over the batch (PhysicsNeMo's LpLoss
-// with size_average): a per-sample mean makes the objective the same however the batch is split over ddp and
-// micro-batches, which a batch-wide ||P - T|| / ||T|| would not be.
-ShardTensor relative_l2_per_sample(const ShardTensor& pred, const ShardTensor& target) {
-  const ShardTensor d = sub(pred, target);
-  ShardTensor den;
-  {
-    NoGradGuard no_grad;  // the target is data
-    den = per_sample_sum(mul(target, target));
-  }
-  return batch_mean(sqrt(div(per_sample_sum(mul(d, d)), den)));
-}
-
-// The mean Huber loss. Huber(d) = 0.5 m^2 + delta (|d| - m), m = min(|d|, delta): exact, without a branch.
-ShardTensor huber_loss(const ShardTensor& pred, const ShardTensor& target, double delta) {
-  const ShardTensor d = sub(pred, target);
-  const ShardTensor a = abs(d);
-  const ShardTensor m = clamp(a, 0.0, delta);
-  const ShardTensor h = add(mul_scalar(mul(m, m), 0.5), mul_scalar(sub(a, m), delta));
-  double points = 1;
-  for (size_t i = 1; i < h.global_shape().size(); ++i) points *= static_cast<double>(h.global_shape()[i]);
-  return batch_mean(mul_scalar(per_sample_sum(h), 1.0 / points));
-}
-
-ShardTensor training_loss(const TrainConfig& c, const ShardTensor& pred, const ShardTensor& target) {
-  switch (c.loss) {
-    case LossKind::relative_l2: return relative_l2_per_sample(pred, target);
-    case LossKind::mse: return mse_loss(pred, target);
-    case LossKind::huber: return huber_loss(pred, target, c.huber_delta);
-  }
-  throw ValueError("shardrt-train: unknown loss");
 }
 
 double peak_mib_over_ranks() {
@@ -111,17 +56,18 @@ struct PanelSample {
 
 // The mean over validation samples of ||pred - true|| / ||true|| of the pressure ("darcy"), in physical units
 // (the normaliser undone). Whole tensors are gathered per batch: validation is small next to training.
-double validate(models::Model& model, data::DarcyLoader& val, const std::optional<data::Normalizer>& norm,
-                int64_t batches, int64_t panel_sample, PanelSample* panel) {
+double validate(models::Model& model, const DarcyModelIO& io, data::DarcyLoader& val,
+                const std::optional<data::Normalizer>& norm, int64_t batches, int64_t panel_sample,
+                PanelSample* panel) {
   NoGradGuard no_grad;
   val.seek(0);
   double total = 0;
   int64_t counted = 0;
   for (int64_t k = 0; k < batches; ++k) {
     data::DarcyBatch b = val.next();
-    const ShardTensor pred = model.forward({{"fx", b.permeability}}).at(0);
+    const ShardTensor pred = model.forward(io.inputs(b)).at(0);
     Tensor p = full_tensor(pred).to(DType::f64).contiguous().clone();
-    Tensor t = full_tensor(b.darcy).to(DType::f64).contiguous().clone();
+    Tensor t = full_tensor(io.target(b)).to(DType::f64).contiguous().clone();
     if (norm) norm->denormalize("darcy", p), norm->denormalize("darcy", t);
     const int64_t B = p.size(0), n = p.numel() / B;
     const double* pp = p.data<double>();
@@ -259,15 +205,14 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
   }
   const std::optional<data::Normalizer>& norm = resumed.normalizer;
 
-  const Shape fx_shape = data::batch_shape(data::FieldLayout::channels_last, c.ddp, R, R);
+  const std::unique_ptr<DarcyModelIO> io = agreed(mesh, [&] { return darcy_model_io(*model, mesh, R, R); });
   data::LoaderOptions lo;
   lo.batch_size = c.ddp;
   lo.shuffle = c.shuffle;
   lo.seed = c.data_seed;
   lo.dtype = c.dtype;
-  lo.placements = model->input_placements("fx", fx_shape, mesh);
-  lo.extents = model->input_extents("fx", fx_shape, mesh);
   lo.normalizer = norm;
+  lo = io->loader_layout(lo, c.ddp, R, R);
   auto train = agreed(mesh, [&] { return std::make_unique<data::DarcyLoader>(c.train_manifest, mesh, lo); });
   train->seek(resumed.loader_position);
   std::unique_ptr<data::DarcyLoader> val;
@@ -307,19 +252,23 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
   auto window_start = Clock::now();
   int64_t window_steps = 0;
   int64_t epoch = 0;
+  std::optional<StepMeasure> measure;
+  if (!options.measure_path.empty()) measure.emplace(mesh);
   while (step < total) {
     double loss_sum = 0, lr = 0;
+    if (measure) measure->begin();
     for (int64_t k = 0; k < micro; ++k) {
       data::DarcyBatch b = train->next();
       epoch = b.epoch;
-      const ShardTensor pred = model->forward({{"fx", b.permeability}}).at(0);
-      const ShardTensor loss = training_loss(c, pred, b.darcy);
+      const ShardTensor pred = model->forward(io->inputs(b)).at(0);
+      const ShardTensor loss = training_loss(c, pred, io->target(b));
       backward(loss.local());
       loss_sum += loss.local().item();
       // The optimizer counts micro-batches: every accumulation_steps-th call updates, with the summed grads / k.
       if (k == micro - 1) lr = c.base_lr * opt.current_lr_factor();
       opt.step();
     }
+    if (measure) measure->end();
     ++step, ++window_steps;
     const double loss = loss_sum / static_cast<double>(micro);
     last_loss = loss;
@@ -332,7 +281,7 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
     const bool do_log = step % c.log_every == 0 || last || do_val;
     std::optional<double> val_l2;
     if (do_val) {
-      val_l2 = validate(*model, *val, norm, val_batches, c.panel_sample, last ? &panel : nullptr);
+      val_l2 = validate(*model, *io, *val, norm, val_batches, c.panel_sample, last ? &panel : nullptr);
       last_val = *val_l2;
     }
     if (do_log) {
@@ -354,6 +303,7 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
     }
     if (c.checkpoint_every > 0 && step % c.checkpoint_every == 0 && !last)
       save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position());
+    if (measure && last) measure->write(options.measure_path);
     if (options.stop_after > 0 && step == options.stop_after && !last) {
       save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position());
       if (root) std::printf("stopped after step %lld; checkpoint %s (continue with --resume)\n",

@@ -14,6 +14,7 @@ struct RunOptions {
                         // normaliser, step count)
   int64_t stop_after = 0;  // > 0: stop once this many steps are done (the checkpoint written), as a job whose time
                            // ran out; the schedule still spans the whole run, so --resume continues it exactly
+  std::string measure_path;  // non-empty: write the measured peak bytes and comm bytes per step (StepMeasure)
 };
 
 // Collective over MPI_COMM_WORLD (its size must be mesh.ddp * mesh.domain). Every failure is raised on every rank

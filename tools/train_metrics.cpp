@@ -9,6 +9,11 @@
 #include <sstream>
 #include <vector>
 
+#include <mpi.h>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/allocator.h"
 #include "runtime/errors.h"
 
 namespace shardrt::tools {
@@ -105,6 +110,69 @@ void write_loss_plot(const std::string& csv_path, const std::string& png_path, c
   SHARDRT_CHECK(status == 0 && std::filesystem::exists(tmp_png), IoError, "shardrt-train: gnuplot failed on the loss",
                 " plot (install gnuplot-nox or set SHARDRT_GNUPLOT): ", said);
   std::filesystem::rename(tmp_png, png_path);
+}
+
+std::map<StepMeasure::Key, std::pair<int64_t, int64_t>> StepMeasure::snapshot() const {
+  std::map<Key, std::pair<int64_t, int64_t>> out;
+  for (const LedgerEntry& e : mesh_.flat().ledger().entries())
+    out[{e.scope, e.kind, e.axis}] = {e.calls, e.bytes_sent};
+  return out;
+}
+
+void StepMeasure::begin() {
+  reset_peak_memory(Device::cpu());
+  start_ = snapshot();
+}
+
+void StepMeasure::end() {
+  peak_ = std::max(peak_, memory_stats(Device::cpu()).peak_bytes);
+  for (const auto& [key, now] : snapshot()) {
+    const auto before = start_.count(key) ? start_.at(key) : std::pair<int64_t, int64_t>{0, 0};
+    auto& t = totals_[key];
+    t.first += now.first - before.first, t.second += now.second - before.second;
+  }
+  ++steps_;
+}
+
+void StepMeasure::write(const std::string& path) const {
+  using nlohmann::json;
+  json mine = json::array();
+  std::map<std::string, int64_t> per_axis;
+  for (const auto& [key, t] : totals_) {
+    const auto& [scope, kind, axis] = key;
+    if (t.first == 0) continue;
+    per_axis[axis] += t.second;
+    mine.push_back({{"rank", mesh_.rank()}, {"scope", scope}, {"kind", kind}, {"axis", axis},
+                    {"calls", t.first / std::max<int64_t>(1, steps_)},
+                    {"bytes_sent", t.second / std::max<int64_t>(1, steps_)}});
+  }
+  json rank = {{"rank", mesh_.rank()}, {"peak_bytes", peak_}, {"comm_bytes_per_step", json::object()}};
+  for (const auto& [axis, b] : per_axis) rank["comm_bytes_per_step"][axis] = b / std::max<int64_t>(1, steps_);
+  const std::string text = json{{"rank", rank}, {"entries", mine}}.dump();
+  // Rank 0 collects every rank's record (lengths first, then the texts).
+  int len = static_cast<int>(text.size()), size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<int> lens(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string all;
+  if (mesh_.rank() == 0) {
+    int at = 0;
+    for (int r = 0; r < size; ++r) displs[static_cast<size_t>(r)] = at, at += lens[static_cast<size_t>(r)];
+    all.resize(static_cast<size_t>(at));
+  }
+  MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (mesh_.rank() != 0) return;
+  json doc = {{"mesh", {{"ddp", mesh_.shape()[0]}, {"domain", mesh_.shape()[1]}}}, {"steps", steps_},
+              {"ranks", json::array()}, {"entries_per_step", json::array()}};
+  for (int r = 0; r < size; ++r) {
+    const json one = json::parse(all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
+                                            static_cast<size_t>(lens[static_cast<size_t>(r)])));
+    doc["ranks"].push_back(one["rank"]);
+    for (const json& e : one["entries"]) doc["entries_per_step"].push_back(e);
+  }
+  std::ofstream f(path);
+  SHARDRT_CHECK(f.good(), IoError, "shardrt-train --measure: cannot write '", path, "'");
+  f << doc.dump(1) << "\n";
 }
 
 }  // namespace shardrt::tools

@@ -4,7 +4,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <optional>
+#include <map>
 #include <string>
+#include <tuple>
+
+#include "mesh/mesh.h"
 
 namespace shardrt::tools {
 
@@ -41,5 +45,27 @@ void progress_bar(int64_t step, int64_t total_steps);
 // The loss curves (training loss per step, validation relative L2) from the CSV, as a PNG through gnuplot
 // ($SHARDRT_GNUPLOT or gnuplot). IoError with gnuplot's output when it fails.
 void write_loss_plot(const std::string& csv_path, const std::string& png_path, const std::string& title);
+
+// What shardrt-train --measure records, to check shardrt-plan against: per rank, the peak allocator bytes within
+// a training step (the peak is reset as each step starts, so setup, validation and checkpoints are left out) and
+// the ledger's bytes sent per mesh axis within the steps (from the first batch read to the optimizer's update;
+// the per-step loss check and the progress lines are outside), divided by the steps measured.
+class StepMeasure {
+ public:
+  explicit StepMeasure(const Mesh& mesh) : mesh_(mesh) {}
+  void begin();
+  void end();
+  // Collective over the mesh (plain MPI, not counted): rank 0 writes the JSON document
+  //   {"mesh": {"ddp", "domain"}, "steps", "ranks": [{"rank", "peak_bytes", "comm_bytes_per_step": {axis: bytes}}],
+  //    "entries_per_step": [{"rank", "scope", "kind", "axis", "calls", "bytes_sent"}]}.
+  void write(const std::string& path) const;
+
+ private:
+  using Key = std::tuple<std::string, std::string, std::string>;
+  std::map<Key, std::pair<int64_t, int64_t>> snapshot() const;
+  Mesh mesh_;
+  int64_t steps_ = 0, peak_ = 0;
+  std::map<Key, std::pair<int64_t, int64_t>> start_, totals_;  // (calls, bytes)
+};
 
 }  // namespace shardrt::tools
