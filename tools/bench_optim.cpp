@@ -154,8 +154,9 @@ int main(int argc, char** argv) {
   if (train) {
     const std::vector<TrainRow> rows = train_table(mesh, iters);
     if (session.is_root()) {
-      std::printf("shardrt-bench-optim --train: ViT %s, AdamW f32, %s, one image per ddp rank, %d timed steps\n",
-                  kVitTrain, mesh.str().c_str(), iters);
+      std::printf("shardrt-bench-optim --train: ViT 64x64 patch 8 embed 384 depth 6, AdamW f32, %s, one image per ddp "
+                  "rank, %d timed steps\n",
+                  mesh.str().c_str(), iters);
       std::printf("%-11s %10s %14s %14s %14s %14s %8s\n", "mode", "step ms", "B/param rest", "B/param peak",
                   "exposed ms", "comm total ms", "hidden");
       for (const TrainRow& r : rows) {
