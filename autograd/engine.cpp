@@ -17,11 +17,26 @@ namespace shardrt {
 
 namespace {
 // Recording order of nodes, process-wide (see the ready queue in backward()).
-uint64_t next_sequence_nr() {
+std::atomic<uint64_t>& sequence_counter() {
   static std::atomic<uint64_t> counter{0};
-  return counter.fetch_add(1);
+  return counter;
+}
+uint64_t next_sequence_nr() { return sequence_counter().fetch_add(1); }
+
+// ---- the before-node hook (engine.h) ----
+BeforeNodeHook& before_node_hook() {
+  static BeforeNodeHook hook;
+  return hook;
 }
 }  // namespace
+
+BeforeNodeHook set_before_node_hook(BeforeNodeHook hook) {
+  BeforeNodeHook previous = std::move(before_node_hook());
+  before_node_hook() = std::move(hook);
+  return previous;
+}
+
+uint64_t next_node_sequence_nr() { return sequence_counter().load(); }
 
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
   if (!grad_mode_enabled()) return false;
@@ -196,6 +211,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
         const OutputInfo& o = node->outputs[k];
         grad_out[k] = zeros(o.shape, {o.dtype, o.device});
       }
+    if (const BeforeNodeHook& hook = before_node_hook()) hook(node->sequence_nr);  // the before-node hook
     std::vector<Tensor> grad_in = node->apply(grad_out);
     if (!retain_graph) node->release();
     SHARDRT_CHECK(grad_in.size() == node->inputs.size(), AutogradError, "backward of ", node->name, " returned ",

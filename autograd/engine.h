@@ -1,5 +1,7 @@
 // Reverse-mode execution of the tape.
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "runtime/tensor.h"
@@ -14,6 +16,18 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 inline void backward(const Tensor& root, const Tensor& grad = Tensor(), bool retain_graph = false) {
   backward(std::vector<Tensor>{root}, std::vector<Tensor>{grad}, retain_graph);
 }
+
+// ---- the "before node" hook (used by ZeRO-3 to re-gather a block's parameters before the block's backward,
+// optim/zero3.h; general: anything that must act when backward reaches a region of the recorded program) ----
+// Called with a node's recording sequence number just before backward runs that node. backward() runs nodes in
+// exactly the reverse of their recording order, so a caller that noted next_node_sequence_nr() around a region of
+// the forward knows when backward enters the region (the first node it runs with a number inside) and when it has
+// left it (the first node below). The hook may issue collectives (every rank runs the same program).
+using BeforeNodeHook = std::function<void(uint64_t sequence_nr)>;
+// Installs `hook` for every later backward on this process (an empty function clears it); returns the previous.
+BeforeNodeHook set_before_node_hook(BeforeNodeHook hook);
+// The sequence number the next node recorded on the tape will get.
+uint64_t next_node_sequence_nr();
 
 // dst += src, in place, for same-shape floating tensors on one device (used for grad accumulation); bf16 / f16
 // destinations are summed in f32 and rounded once.

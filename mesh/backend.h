@@ -45,6 +45,34 @@ class CommBackend {
   // Starts every transfer of the batch together (deadlock-free in any order) and returns at once.
   virtual std::unique_ptr<PendingOp> start_p2p(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
                                                Call call) = 0;
+
+  // ---- non-blocking all_gather_v / reduce_scatter_v (Communicator's *_async) ----
+  // Start the collective and return at once; the op completes it. A backend without a non-blocking form runs the
+  // blocking call here and returns an op that is already complete (correct, only not overlapped).
+  virtual std::unique_ptr<PendingOp> start_all_gather_v(const Tensor& in, const Tensor& out,
+                                                        const std::vector<int64_t>& counts, Call call);
+  virtual std::unique_ptr<PendingOp> start_reduce_scatter_v(const Tensor& in, const Tensor& out,
+                                                            const std::vector<int64_t>& counts, ReduceOp op, Call call);
 };
+
+// A PendingOp that has nothing left to do.
+class CompletedOp final : public PendingOp {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
+inline std::unique_ptr<PendingOp> CommBackend::start_all_gather_v(const Tensor& in, const Tensor& out,
+                                                                  const std::vector<int64_t>& counts, Call call) {
+  all_gather_v(in, out, counts, call);
+  return std::make_unique<CompletedOp>();
+}
+
+inline std::unique_ptr<PendingOp> CommBackend::start_reduce_scatter_v(const Tensor& in, const Tensor& out,
+                                                                      const std::vector<int64_t>& counts, ReduceOp op,
+                                                                      Call call) {
+  reduce_scatter_v(in, out, counts, op, call);
+  return std::make_unique<CompletedOp>();
+}
 
 }  // namespace shardrt

@@ -1,4 +1,4 @@
-// The handle of an asynchronous ring shift or halo exchange: communication runs while the caller computes,
+// The handle of an asynchronous ring shift, halo exchange, all_gather or reduce_scatter: communication runs while the caller computes,
 // and wait() completes it (bounded by the communicator's deadline, counted from when the call was issued).
 // The buffers passed to the call must stay untouched until wait() returns.
 #pragma once

@@ -262,23 +262,48 @@ void Communicator::barrier() const {
   be.barrier(call);
 }
 
+namespace {
+void require_gather_sizes(const CommCore& core, const char* kind, const Tensor& in, const Tensor& out) {
+  require_buffer(core, kind, in, "input");
+  require_buffer(core, kind, out, "output");
+  SHARDRT_CHECK(out.numel() == in.numel() * core.size, ShapeError, core.where(kind), ": output ", out.str(),
+                " must hold ", core.size, " x ", in.numel(), " elements (input ", in.str(), ")");
+}
+void require_scatter_sizes(const CommCore& core, const char* kind, const Tensor& in, const Tensor& out) {
+  require_buffer(core, kind, in, "input");
+  require_buffer(core, kind, out, "output");
+  SHARDRT_CHECK(in.numel() == out.numel() * core.size, ShapeError, core.where(kind), ": input ", in.str(),
+                " must hold ", core.size, " x ", out.numel(), " elements (output ", out.str(), ")");
+}
+}  // namespace
+
 void Communicator::all_gather(const Tensor& in, const Tensor& out) const {
   const char* kind = "all_gather";
   enter_collective();
-  require_buffer(*core_, kind, in, "input");
-  require_buffer(*core_, kind, out, "output");
-  SHARDRT_CHECK(out.numel() == in.numel() * size(), ShapeError, where(kind), ": output ", out.str(), " must hold ",
-                size(), " x ", in.numel(), " elements (input ", in.str(), ")");
-  gather_impl(kind, in, out, std::vector<int64_t>(size(), in.numel()));
+  require_gather_sizes(*core_, kind, in, out);
+  gather_impl(kind, in, out, std::vector<int64_t>(size(), in.numel()), false);
 }
 
 void Communicator::all_gather_v(const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts) const {
   enter_collective();
-  gather_impl("all_gather_v", in, out, counts);
+  gather_impl("all_gather_v", in, out, counts, false);
 }
 
-void Communicator::gather_impl(const char* kind, const Tensor& in, const Tensor& out,
-                               const std::vector<int64_t>& counts) const {
+CommHandle Communicator::all_gather_async(const Tensor& in, const Tensor& out) const {
+  const char* kind = "all_gather";
+  enter_collective();
+  require_gather_sizes(*core_, kind, in, out);
+  return gather_impl(kind, in, out, std::vector<int64_t>(size(), in.numel()), true);
+}
+
+CommHandle Communicator::all_gather_v_async(const Tensor& in, const Tensor& out,
+                                            const std::vector<int64_t>& counts) const {
+  enter_collective();
+  return gather_impl("all_gather_v", in, out, counts, true);
+}
+
+CommHandle Communicator::gather_impl(const char* kind, const Tensor& in, const Tensor& out,
+                                     const std::vector<int64_t>& counts, bool async) const {
   require_buffer(*core_, kind, in, "input");
   require_buffer(*core_, kind, out, "output");
   require_pair(*core_, kind, in, out);
@@ -295,27 +320,44 @@ void Communicator::gather_impl(const char* kind, const Tensor& in, const Tensor&
   record(kind, static_cast<int64_t>(in.nbytes()) * (size() - 1));
   Call call =
       core_->call(kind, [=] { return detail::concat(in.str(), " -> ", out.str(), " counts ", list_str(counts)); });
-  be.all_gather_v(in, out, counts, call);
+  if (!async) {
+    be.all_gather_v(in, out, counts, call);
+    return CommHandle();
+  }
+  return CommHandle(be.start_all_gather_v(in, out, counts, std::move(call)), nullptr);
 }
 
 void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op, Accumulate acc) const {
   const char* kind = "reduce_scatter";
   enter_collective();
-  require_buffer(*core_, kind, in, "input");
-  require_buffer(*core_, kind, out, "output");
-  SHARDRT_CHECK(in.numel() == out.numel() * size(), ShapeError, where(kind), ": input ", in.str(), " must hold ",
-                size(), " x ", out.numel(), " elements (output ", out.str(), ")");
-  reduce_scatter_impl(kind, in, out, std::vector<int64_t>(size(), out.numel()), op, acc);
+  require_scatter_sizes(*core_, kind, in, out);
+  reduce_scatter_impl(kind, in, out, std::vector<int64_t>(size(), out.numel()), op, acc, false);
 }
 
 void Communicator::reduce_scatter_v(const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts,
                                     ReduceOp op, Accumulate acc) const {
   enter_collective();
-  reduce_scatter_impl("reduce_scatter_v", in, out, counts, op, acc);
+  reduce_scatter_impl("reduce_scatter_v", in, out, counts, op, acc, false);
 }
 
-void Communicator::reduce_scatter_impl(const char* kind, const Tensor& in, const Tensor& out,
-                                       const std::vector<int64_t>& counts, ReduceOp op, Accumulate acc) const {
+CommHandle Communicator::reduce_scatter_async(const Tensor& in, const Tensor& out, ReduceOp op,
+                                              Accumulate acc) const {
+  const char* kind = "reduce_scatter";
+  enter_collective();
+  require_scatter_sizes(*core_, kind, in, out);
+  return reduce_scatter_impl(kind, in, out, std::vector<int64_t>(size(), out.numel()), op, acc, true);
+}
+
+CommHandle Communicator::reduce_scatter_v_async(const Tensor& in, const Tensor& out,
+                                                const std::vector<int64_t>& counts, ReduceOp op,
+                                                Accumulate acc) const {
+  enter_collective();
+  return reduce_scatter_impl("reduce_scatter_v", in, out, counts, op, acc, true);
+}
+
+CommHandle Communicator::reduce_scatter_impl(const char* kind, const Tensor& in, const Tensor& out,
+                                             const std::vector<int64_t>& counts, ReduceOp op, Accumulate acc,
+                                             bool async) const {
   require_buffer(*core_, kind, in, "input");
   require_buffer(*core_, kind, out, "output");
   require_pair(*core_, kind, in, out);
@@ -337,10 +379,18 @@ void Communicator::reduce_scatter_impl(const char* kind, const Tensor& in, const
     return detail::concat(in.str(), " -> ", out.str(), " counts ", list_str(counts), " ", reduce_op_name(op),
                           wide ? " (f32 accumulate)" : "");
   });
-  if (!wide) return be.reduce_scatter_v(in, out, counts, op, call);
+  if (!wide) {
+    if (async) return CommHandle(be.start_reduce_scatter_v(in, out, counts, op, std::move(call)), nullptr);
+    be.reduce_scatter_v(in, out, counts, op, call);
+    return CommHandle();
+  }
   Tensor in32 = in.to(DType::f32), out32 = Tensor::empty(out.shape(), DType::f32, out.device());
+  if (async)
+    return CommHandle(be.start_reduce_scatter_v(in32, out32, counts, op, std::move(call)),
+                      [out, out32] { out.copy_(out32); });
   be.reduce_scatter_v(in32, out32, counts, op, call);
   out.copy_(out32);
+  return CommHandle();
 }
 
 void Communicator::all_to_all(const Tensor& in, const Tensor& out) const {

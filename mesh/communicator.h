@@ -121,6 +121,18 @@ class Communicator {
   // in.numel() == sum(counts), out.numel() == counts[rank].
   void reduce_scatter_v(const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts,
                         ReduceOp op = ReduceOp::sum, Accumulate acc = Accumulate::native) const;
+  // Non-blocking forms of the four above (MPI_Iallgatherv / MPI_Ireduce_scatter): the same arguments, checks,
+  // signature (checked mode) and ledger line as the blocking call, counted when issued; the handle completes it,
+  // polled under the deadline counted from the issue. `in` and `out` must stay untouched (and alive: the handle
+  // holds them) until wait() returns. With Accumulate::f32 the widened copy is made when issued and `out` is
+  // written when the handle completes. Transports without a non-blocking form (NCCL so far) complete the call
+  // before returning the handle.
+  CommHandle all_gather_async(const Tensor& in, const Tensor& out) const;
+  CommHandle all_gather_v_async(const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts) const;
+  CommHandle reduce_scatter_async(const Tensor& in, const Tensor& out, ReduceOp op = ReduceOp::sum,
+                                  Accumulate acc = Accumulate::native) const;
+  CommHandle reduce_scatter_v_async(const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts,
+                                    ReduceOp op = ReduceOp::sum, Accumulate acc = Accumulate::native) const;
   // in.numel() == out.numel() == P * n; segment j of in goes to rank j, segment j of out comes from rank j.
   void all_to_all(const Tensor& in, const Tensor& out) const;
   // send_counts[j] elements to rank j, recv_counts[j] elements from rank j (recv_counts[j] on this rank equals
@@ -156,9 +168,11 @@ class Communicator {
   bool routes_to_nccl(const Tensor& t) const;
   void record(const char* kind, int64_t bytes) const;
   std::string where(const char* kind) const;
-  void gather_impl(const char* kind, const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts) const;
-  void reduce_scatter_impl(const char* kind, const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts,
-                           ReduceOp op, Accumulate acc) const;
+  // `async`: start the call and return its handle; else complete it and return an empty handle.
+  CommHandle gather_impl(const char* kind, const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts,
+                         bool async) const;
+  CommHandle reduce_scatter_impl(const char* kind, const Tensor& in, const Tensor& out,
+                                 const std::vector<int64_t>& counts, ReduceOp op, Accumulate acc, bool async) const;
   void all_to_all_impl(const char* kind, const Tensor& in, const std::vector<int64_t>& send_counts, const Tensor& out,
                        const std::vector<int64_t>& recv_counts) const;
   // Point-to-point routing: CUDA buffers bound for NCCL need it initialised already (see init_cuda).

@@ -1,6 +1,7 @@
 #include "mesh/mpi_backend.h"
 
 #include <climits>
+#include <functional>
 
 #include "mesh/mpi_call.h"
 #include "mesh/mpi_types.h"
@@ -209,6 +210,47 @@ class MpiPending final : public PendingOp {
   bool finished_ = false;
 };
 
+// One started non-blocking collective (MPI_I*): polled by test()/wait() like the blocking calls, under the deadline
+// counted from when it was issued. `finish` runs once it completed (a mean's division, a CUDA buffer's copy back).
+// Collective requests cannot be cancelled, so on failure every buffer it touches is kept alive (give_up).
+class MpiCollectivePending final : public PendingOp {
+ public:
+  MpiCollectivePending(std::shared_ptr<CommCore> core, Call call, MPI_Request req, std::vector<Tensor> buffers,
+                       std::function<void()> finish)
+      : core_(std::move(core)), call_(std::move(call)), reqs_{req}, st_(1), buffers_(std::move(buffers)),
+        finish_(std::move(finish)) {}
+
+  bool test() override {
+    if (finished_) return true;
+    bool done = false;
+    const int rc = test_all(reqs_, st_, done);
+    if (rc != MPI_SUCCESS) give_up(*core_, call_, "MPI error: " + status_errors(rc, st_), reqs_, false, buffers_);
+    if (!done) return false;
+    finished_ = true;
+    if (finish_) finish_();
+    buffers_.clear();
+    return true;
+  }
+
+  void wait() override {
+    PollBackoff backoff;
+    while (!test()) {
+      if (call_.deadline.expired())
+        give_up(*core_, call_, core_->timeout_reason(call_, "every rank to join"), reqs_, false, buffers_);
+      backoff.pause();
+    }
+  }
+
+ private:
+  std::shared_ptr<CommCore> core_;
+  Call call_;
+  std::vector<MPI_Request> reqs_;
+  std::vector<MPI_Status> st_;
+  std::vector<Tensor> buffers_;  // held until completion: MPI reads and writes them meanwhile
+  std::function<void()> finish_;
+  bool finished_ = false;
+};
+
 }  // namespace
 
 void MpiBackend::all_reduce(const Tensor& buf, ReduceOp op, Call& call) {
@@ -276,6 +318,38 @@ void MpiBackend::all_to_all_v(const Tensor& in, const std::vector<int64_t>& send
               MPI_Ialltoallv(si.ptr(), sc.data(), sd.data(), t, so.ptr(), rc.data(), rd.data(), t, core_->comm, &req));
   wait_collective(*core_, call, req, {si.host, so.host});
   unstage(so);
+}
+
+std::unique_ptr<PendingOp> MpiBackend::start_all_gather_v(const Tensor& in, const Tensor& out,
+                                                          const std::vector<int64_t>& counts, Call call) {
+  std::vector<int> c, d;
+  counts_and_displs(counts, call, c, d);
+  Staged si = stage(in, true), so = stage(out, false);
+  MPI_Datatype t = mpi_datatype(in.dtype());
+  MPI_Request req;
+  check_start(*core_, call,
+              MPI_Iallgatherv(si.ptr(), c[core_->rank], t, so.ptr(), c.data(), d.data(), t, core_->comm, &req));
+  return std::make_unique<MpiCollectivePending>(core_, std::move(call), req, std::vector<Tensor>{si.host, so.host},
+                                                [so] { unstage(so); });
+}
+
+std::unique_ptr<PendingOp> MpiBackend::start_reduce_scatter_v(const Tensor& in, const Tensor& out,
+                                                              const std::vector<int64_t>& counts, ReduceOp op,
+                                                              Call call) {
+  std::vector<int> c, d;
+  counts_and_displs(counts, call, c, d);
+  Staged si = stage(in, true), so = stage(out, false);
+  MPI_Request req;
+  check_start(*core_, call,
+              MPI_Ireduce_scatter(si.ptr(), so.ptr(), c.data(), mpi_datatype(in.dtype()), mpi_reduce_op(in.dtype(), op),
+                                  core_->comm, &req));
+  const int size = core_->size;
+  return std::make_unique<MpiCollectivePending>(core_, std::move(call), req, std::vector<Tensor>{si.host, so.host},
+                                                [so, op, out, size] {
+                                                  if (op == ReduceOp::mean && size > 1)
+                                                    divide_host(so.ptr(), out.dtype(), out.numel(), size);
+                                                  unstage(so);
+                                                });
 }
 
 void mpi_wait(CommCore& core, Call& call, MPI_Request req) { wait_collective(core, call, req, {}); }

@@ -23,6 +23,12 @@ class MpiBackend final : public CommBackend {
                     const std::vector<int64_t>& recv_counts, Call& call) override;
   std::unique_ptr<PendingOp> start_p2p(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
                                        Call call) override;
+  // MPI_Iallgatherv / MPI_Ireduce_scatter, completed by the returned op (polled under the call's deadline).
+  std::unique_ptr<PendingOp> start_all_gather_v(const Tensor& in, const Tensor& out, const std::vector<int64_t>& counts,
+                                                Call call) override;
+  std::unique_ptr<PendingOp> start_reduce_scatter_v(const Tensor& in, const Tensor& out,
+                                                    const std::vector<int64_t>& counts, ReduceOp op,
+                                                    Call call) override;
 
  private:
   std::shared_ptr<CommCore> core_;

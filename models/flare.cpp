@@ -26,6 +26,7 @@ void FlareBlock::init(Generator& gen) {
 }
 
 ShardTensor FlareBlock::forward(const ShardTensor& x_in) const {
+  auto hooks = forward_scope();  // e.g. ZeRO-3's per-block gather (models/module.h)
   ShardTensor x = add(Attn.forward(ln_1.forward(x_in)), x_in);
   x = add(ln_mlp1_mlp.forward(ln_mlp1_norm.forward(x)), x);
   if (last_layer) return ln_mlp2_linear->forward(ln_mlp2_norm->forward(x));

@@ -1,6 +1,7 @@
 #include "models/module.h"
 
 #include <algorithm>
+#include <exception>
 #include <set>
 #include <sstream>
 
@@ -154,6 +155,26 @@ void Module::bind_parameters(const std::vector<Tensor>& tensors) {
                   ", given ", t.defined() ? std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape()) : "undefined");
   }
   for (size_t i = 0; i < own.size(); ++i) *own[i].second = tensors[i];
+}
+
+NamedModules Module::named_modules() const {
+  NamedModules out;
+  for (const Child& c : children_) {
+    out.emplace_back(c.name, c.module);
+    for (auto& [name, m] : c.module->named_modules()) out.emplace_back(c.name + "." + name, m);
+  }
+  return out;
+}
+
+// ---- forward hooks ----
+Module::ForwardScope::ForwardScope(const Module& m) : module_(m), unwinding_(std::uncaught_exceptions()) {
+  if (module_.hooks_.before) module_.hooks_.before(module_);
+}
+
+// May throw (a hook's collective failing under the throw_error policy) — but never while an exception unwinds.
+Module::ForwardScope::~ForwardScope() noexcept(false) {
+  if (std::uncaught_exceptions() > unwinding_) return;
+  if (module_.hooks_.after) module_.hooks_.after(module_);
 }
 
 }  // namespace shardrt::models

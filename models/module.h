@@ -11,6 +11,7 @@
 // parameters only.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -22,6 +23,8 @@
 namespace shardrt::models {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+class Module;
+using NamedModules = std::vector<std::pair<std::string, Module*>>;
 
 // What load_state_dict did, beyond copying: one line per converted dtype group, and the keys it ignored when not
 // strict.
@@ -58,6 +61,35 @@ class Module {
   // shape or dtype mismatch.
   void bind_parameters(const std::vector<Tensor>& tensors);
 
+  // Every descendant module with its dotted name (the state_dict prefix of its entries), depth first in
+  // registration order; this module itself not included.
+  NamedModules named_modules() const;
+
+  // ---- forward hooks ----
+  // What a sharded optimizer needs to gather a block's parameters just before the block runs and free them after
+  // (optim/zero3.h); general otherwise. A module whose forward supports hooks opens `auto scope = forward_scope();`
+  // first thing: `before` runs then, `after` when the scope closes on a normal return (not while an exception
+  // unwinds: a failed forward leaves whatever `before` set up). Hooks belong to this instance; {} clears them.
+  // Modules that open the scope so far: the ViT's TransformerBlock and FLARE's FlareBlock.
+  struct ForwardHooks {
+    std::function<void(const Module&)> before, after;
+  };
+  void set_forward_hooks(ForwardHooks hooks) { hooks_ = std::move(hooks); }
+  const ForwardHooks& forward_hooks() const { return hooks_; }
+
+  class ForwardScope {
+   public:
+    explicit ForwardScope(const Module& m);
+    ForwardScope(const ForwardScope&) = delete;
+    ForwardScope& operator=(const ForwardScope&) = delete;
+    ~ForwardScope() noexcept(false);
+
+   private:
+    const Module& module_;
+    int unwinding_;
+  };
+  [[nodiscard]] ForwardScope forward_scope() const { return ForwardScope(*this); }
+
  protected:
   // `t` becomes a leaf that requires grad; `slot` must be a member of this module (it stays registered by address).
   void register_parameter(const std::string& name, Tensor* slot);
@@ -79,6 +111,7 @@ class Module {
 
   std::vector<Slot> params_, buffers_;
   std::vector<Child> children_;
+  ForwardHooks hooks_;
 };
 
 }  // namespace shardrt::models

@@ -126,6 +126,7 @@ TransformerBlock::TransformerBlock(int64_t dim, int64_t heads, double mlp_ratio,
 }
 
 ShardTensor TransformerBlock::forward(const ShardTensor& x) const {
+  auto hooks = forward_scope();  // e.g. ZeRO-3's per-block gather (models/module.h)
   ShardTensor h = add(x, attn.forward(norm1.forward(x)));
   return add(h, mlp.forward(norm2.forward(h)));
 }

@@ -59,14 +59,17 @@ Optimizer::Optimizer(const Mesh& mesh, models::Module& module, OptimizerConfig c
 
   const models::NamedTensors named = module.named_parameters();
   SHARDRT_CHECK(!named.empty(), ValueError, "optimizer: the module has no parameters");
-  // Groups by dtype, in order of first appearance; each group keeps named_parameters() order.
+  // Groups by dtype (zero3: by block and dtype), in order of first appearance; each keeps named_parameters() order.
+  const bool zero3 = config_.mode == ShardingMode::zero3;
+  const std::vector<int> unit_of =
+      zero3 ? zero3_assign_units(module, named) : std::vector<int>(named.size(), -1);
   std::vector<std::vector<size_t>> members;
-  std::map<DType, size_t> group_of;
+  std::map<std::pair<int, DType>, size_t> group_of;
   for (size_t i = 0; i < named.size(); ++i) {
     const Tensor& p = named[i].second;
     SHARDRT_CHECK(p.device().is_cpu(), DeviceError, "optimizer: parameter ", named[i].first, " is on ",
                   p.device().str(), "; the optimizer's update runs on CPU arenas only so far");
-    auto [it, fresh] = group_of.emplace(p.dtype(), members.size());
+    auto [it, fresh] = group_of.emplace(std::make_pair(unit_of[i], p.dtype()), members.size());
     if (fresh) members.emplace_back();
     members[it->second].push_back(i);
   }
@@ -76,6 +79,7 @@ Optimizer::Optimizer(const Mesh& mesh, models::Module& module, OptimizerConfig c
   for (const std::vector<size_t>& idx : members) {
     Group g;
     g.dtype = named[idx.front()].second.dtype();
+    g.unit = unit_of[idx.front()];
     g.master_dtype = low_precision(g.dtype) ? DType::f32 : g.dtype;
     std::vector<SlotRequest> requests;
     for (size_t i : idx) {
@@ -100,12 +104,19 @@ Optimizer::Optimizer(const Mesh& mesh, models::Module& module, OptimizerConfig c
       }
     }
     const int64_t begin = g.layout.shard_begin(plan_.own_shard), n = g.layout.shard_numel;
-    g.master = g.master_dtype == g.dtype ? g.params.range(begin, n) : g.params.range(begin, n).to(g.master_dtype);
+    // zero3: the master shard has storage of its own (the parameter arena is released between uses).
+    if (g.master_dtype != g.dtype) g.master = g.params.range(begin, n).to(g.master_dtype);
+    else g.master = zero3 ? g.params.range(begin, n).clone() : g.params.range(begin, n);
     for (const std::string& k : kinds) g.state.emplace_back(k, zeros({n}, {g.master_dtype}));
+    if (zero3 && g.unit >= 0) {
+      g.zero3_grad = zeros({n}, {g.dtype});
+      units_[static_cast<size_t>(g.unit)].groups.push_back(groups_.size());
+    }
     groups_.push_back(std::move(g));
   }
   check_same_parameters_everywhere();
   module.bind_parameters(bound);
+  if (zero3) zero3_install();
 }
 
 void Optimizer::check_same_parameters_everywhere() const {
@@ -137,9 +148,14 @@ Tensor Optimizer::state_shard(size_t group, const std::string& name) const {
 OptimizerMemory Optimizer::memory() const {
   OptimizerMemory m;
   m.num_parameters = num_parameters_;
+  auto held = [](const FlatArena& a) { return a.buffer().storage()->resident() ? a.bytes() : int64_t{0}; };
   for (const Group& g : groups_) {
-    m.params += g.params.bytes();
-    m.grads += g.grads.bytes();
+    m.params += held(g.params);
+    m.grads += held(g.grads);
+    if (g.zero3_grad.defined()) m.grads += static_cast<int64_t>(g.zero3_grad.nbytes());
+    // zero3's master shard of an f32/f64 group is the parameter shard itself, with storage of its own.
+    const bool own_shard = plan_.mode == ShardingMode::zero3 && g.master_dtype == g.dtype;
+    if (own_shard) m.params += static_cast<int64_t>(g.master.nbytes());
     if (g.master_dtype != g.dtype) m.master += static_cast<int64_t>(g.master.nbytes());
     for (const auto& [k, t] : g.state) m.state += static_cast<int64_t>(t.nbytes());
   }
@@ -147,8 +163,14 @@ OptimizerMemory Optimizer::memory() const {
 }
 
 void Optimizer::zero_grad() {
-  for (Group& g : groups_) g.grads.buffer().zero_();
+  if (plan_.mode == ShardingMode::zero3) zero3_finish_backward();
+  for (Group& g : groups_) zero_group_grads(g);
   micro_ = 0;
+}
+
+void Optimizer::zero_group_grads(Group& g) {
+  if (g.grads.buffer().storage()->resident()) g.grads.buffer().zero_();
+  if (g.zero3_grad.defined()) g.zero3_grad.zero_();
 }
 
 void Optimizer::reduce_grads(Group& g, double scale) {
@@ -181,6 +203,16 @@ void Optimizer::reduce_grads(Group& g, double scale) {
         shard = g.grads.range(g.layout.shard_begin(plan_.own_shard), n);
       }
       break;
+    case ShardingMode::zero3:
+      if (g.unit >= 0) {
+        shard = g.zero3_grad;  // reduce-scattered block by block during backward (zero3.cpp)
+      } else if (batch) {
+        shard = Tensor::empty({n}, g.dtype);
+        batch->reduce_scatter(g.grads.buffer(), shard, ReduceOp::sum, acc);
+      } else {
+        shard = g.grads.buffer();
+      }
+      break;
   }
   g.grad_shard = shard.dtype() == g.master_dtype ? shard : shard.to(g.master_dtype);
   scale_in_place(g.grad_shard, scale);
@@ -193,7 +225,8 @@ double Optimizer::clip(std::vector<Group>& groups) {
   for (const Group& g : groups) local += sum_of_squares(g.grad_shard);
   sq.fill_(local);
   const Communicator* over = nullptr;
-  if (plan_.mode == ShardingMode::ddp && !plan_.batch_axis.empty() && plan_.batch_ranks > 1)
+  if ((plan_.mode == ShardingMode::ddp || plan_.mode == ShardingMode::zero3) && !plan_.batch_axis.empty() &&
+      plan_.batch_ranks > 1)
     over = &mesh_.axis(plan_.batch_axis);
   if (plan_.mode == ShardingMode::mesh && mesh_.size() > 1) over = &mesh_.flat();
   if (over) over->all_reduce(sq);
@@ -245,8 +278,17 @@ void Optimizer::gather_params(Group& g) {
   auto scope = mesh_.flat().ledger().scope("gather_params");
   const bool copy = g.master_dtype != g.dtype;
   const Communicator* over = nullptr;
-  if (plan_.mode == ShardingMode::ddp && plan_.shards > 1) over = &mesh_.axis(plan_.batch_axis);
+  if ((plan_.mode == ShardingMode::ddp || plan_.mode == ShardingMode::zero3) && plan_.shards > 1)
+    over = &mesh_.axis(plan_.batch_axis);
   if (plan_.mode == ShardingMode::mesh && plan_.shards > 1) over = &mesh_.flat();
+  if (plan_.mode == ShardingMode::zero3) {
+    // A block is gathered by its next forward; the root unit now (its master shard has storage of its own).
+    if (g.unit >= 0) return;
+    const Tensor send = copy ? g.master.to(g.dtype) : g.master;
+    if (over) over->all_gather(send, g.params.buffer());
+    else g.params.buffer().copy_(send);
+    return;
+  }
   if (!over) {
     if (copy) g.params.buffer().copy_(g.master.to(g.dtype));
     return;
@@ -257,6 +299,7 @@ void Optimizer::gather_params(Group& g) {
 }
 
 bool Optimizer::step() {
+  if (plan_.mode == ShardingMode::zero3) zero3_finish_backward();
   if (++micro_ < config_.accumulation_steps) return false;
   micro_ = 0;
   auto scope = mesh_.flat().ledger().scope("optimizer");
@@ -269,7 +312,7 @@ bool Optimizer::step() {
   for (Group& g : groups_) {
     gather_params(g);
     g.grad_shard = Tensor();
-    g.grads.buffer().zero_();
+    zero_group_grads(g);
   }
   return true;
 }

@@ -18,12 +18,21 @@
 //   4. parameters rebuilt (all_gather) where the mode shards them; 5. grads zeroed.
 // The collectives are counted in the ledger under "optimizer.reduce_grads", "optimizer.clip" and
 // "optimizer.gather_params".
+//
+// zero3 (sharding.h; the machinery in optim/zero3.cpp, the design in docs/optimizer.md "ZeRO-3"): the parameters
+// are grouped per block (each block's own arenas, sharded over ddp) and held between uses only as this rank's
+// shard; the block's forward hooks (Module::forward_scope) and the engine's before-node hook gather them and
+// reduce-scatter their grads during forward and backward, under the ledger scopes "zero3.gather_forward",
+// "zero3.gather_backward" and "zero3.reduce_grads" (nested in whatever scope the caller has open). Call step()
+// after every backward. Between steps the blocks' parameter tensors are handles whose storage is released: read
+// them after summon_parameters(). The module must outlive the optimizer.
 #pragma once
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "mesh/comm_handle.h"
 #include "mesh/mesh.h"
 #include "models/module.h"
 #include "optim/adamw.h"
@@ -49,6 +58,20 @@ struct OptimizerConfig {
   double max_grad_norm = 0;  // 0: no clipping
   int accumulation_steps = 1;
   std::shared_ptr<Schedule> schedule;  // null: constant
+  // zero3: the blocks, as module names (named_modules(); e.g. "stages.0"), each gathered and reduce-scattered on
+  // its own. Empty: every module registered on the model itself as a list entry "<list>.<integer>" (the ViT's
+  // stages.i, FLARE's blocks.i). Each block's forward must open Module::forward_scope() (a block that does not
+  // fails its first forward with the "released" ValueError). A name that is no module is a ValueError.
+  std::vector<std::string> zero3_blocks;
+};
+
+// zero3's communication, for measuring how much of it hides behind compute: the seconds spent issuing and
+// waiting on its handles (exposed), and the calls, since construction or the last reset.
+struct Zero3Stats {
+  int64_t gathers = 0, reduce_scatters = 0;
+  double issue_s = 0;        // inside the *_async calls (packing, signature check, MPI start)
+  double gather_wait_s = 0;  // blocked in a gather's wait()
+  double reduce_wait_s = 0;  // blocked in a reduce-scatter's wait()
 };
 
 // Bytes this rank's optimizer holds, by kind, from the arenas' allocations.
@@ -68,6 +91,7 @@ class Optimizer {
   Optimizer(const Mesh& mesh, models::Module& module, OptimizerConfig config);
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
+  ~Optimizer();
 
   // Returns true when this call updated the parameters (every accumulation_steps-th call).
   bool step();
@@ -77,7 +101,16 @@ class Optimizer {
   double current_lr_factor() const;
   double last_grad_norm() const { return last_norm_; }  // before clipping; 0 when clipping is off
   const ShardPlan& plan() const { return plan_; }
+  // Bytes held now (at rest between steps: what a mode keeps; zero3's gathered blocks are transient).
   OptimizerMemory memory() const;
+  // ---- zero3 ----
+  // Collective: gathers every block's parameters so the module's tensors can be read (they stay resident until
+  // the next forward of each block releases them). No-op in the other modes.
+  void summon_parameters();
+  // The blocks (zero3), in forward order, by module name; empty in the other modes.
+  std::vector<std::string> zero3_block_names() const;
+  const Zero3Stats& zero3_stats() const { return zero3_stats_; }
+  void reset_zero3_stats() { zero3_stats_ = {}; }
   size_t num_groups() const { return groups_.size(); }
   const ArenaLayout& layout(size_t group) const { return groups_.at(group).layout; }
   const FlatArena& param_arena(size_t group) const { return groups_.at(group).params; }
@@ -110,6 +143,19 @@ class Optimizer {
     Tensor master;            // this rank's shard of the master weights (a view of params when no copy)
     std::vector<std::pair<std::string, Tensor>> state;  // per kind, shard-sized, master dtype
     Tensor grad_shard;        // this step's reduced grad of the shard (set during step)
+    int unit = -1;            // zero3: the block it belongs to; -1 the root unit (and every group of other modes)
+    Tensor zero3_grad;        // zero3 blocks: the shard's grad, reduce-scattered per backward and summed over them
+  };
+  // zero3: one block's state through a step (optim/zero3.cpp).
+  struct Unit {
+    std::string name;
+    models::Module* module = nullptr;
+    std::vector<size_t> groups;
+    uint64_t seq_begin = 0, seq_end = 0;  // the tape nodes its last forward recorded: [begin, end)
+    bool recorded = false;                // seq range valid (a forward ran since the last step)
+    bool gathering = false, gathered = false, grads_live = false, reducing = false;
+    std::vector<CommHandle> gathers, reduces;
+    std::vector<Tensor> reduce_out;  // per group: the reduce-scatter's output shard
   };
   void check_same_parameters_everywhere() const;
   // Each (group, slot, state kind or "param") piece of this rank's shard, in one fixed order, for save and load.
@@ -125,6 +171,21 @@ class Optimizer {
   double clip(std::vector<Group>& groups);
   void update(Group& g, double lr_factor);
   void gather_params(Group& g);
+  void zero_group_grads(Group& g);
+  // zero3 (optim/zero3.cpp)
+  std::vector<int> zero3_assign_units(models::Module& module, const models::NamedTensors& named);
+  void zero3_install();
+  void zero3_before_forward(size_t u);
+  void zero3_after_forward(size_t u);
+  void zero3_before_node(uint64_t seq);
+  void zero3_start_gather(size_t u, const char* scope);
+  void zero3_wait_gather(size_t u);
+  void zero3_release_params(size_t u);
+  void zero3_begin_backward(size_t u);
+  void zero3_end_backward(size_t u);
+  void zero3_finish_reduce(size_t u);
+  void zero3_finish_backward();  // closes the backward: every reduce-scatter done, every block released
+  friend void zero3_dispatch_before_node(uint64_t seq);
 
   Mesh mesh_;
   OptimizerConfig config_;
@@ -134,6 +195,9 @@ class Optimizer {
   int micro_ = 0;
   double last_norm_ = 0;
   int64_t num_parameters_ = 0;
+  std::vector<Unit> units_;     // zero3 only
+  int backward_unit_ = -1;      // zero3: the block whose backward is running
+  Zero3Stats zero3_stats_;
 };
 
 }  // namespace shardrt::optim

@@ -33,7 +33,8 @@ Tensor Optimizer::piece_tensor(const Piece& p) const {
 
 CheckpointContents Optimizer::checkpoint_contents() const {
   CheckpointContents c;
-  const bool writer = plan_.mode == ShardingMode::mesh || (plan_.mode == ShardingMode::ddp && plan_.domain_index == 0) ||
+  const bool by_ddp = plan_.mode == ShardingMode::ddp || plan_.mode == ShardingMode::zero3;
+  const bool writer = plan_.mode == ShardingMode::mesh || (by_ddp && plan_.domain_index == 0) ||
                       (plan_.mode == ShardingMode::replicated && mesh_.rank() == 0);
   if (writer)
     for (const Piece& p : shard_pieces()) {
@@ -69,9 +70,14 @@ void Optimizer::load_from(const LoadedCheckpoint& loaded) {
   steps_ = loaded.state.at("step").get<int64_t>();
   micro_ = 0;
   auto scope = mesh_.flat().ledger().scope("optimizer.load");
+  // zero3: blocks gathered before the load hold stale values; their next forward gathers the loaded shards.
+  if (plan_.mode == ShardingMode::zero3) {
+    zero3_finish_backward();
+    for (size_t u = 0; u < units_.size(); ++u) zero3_release_params(u);
+  }
   for (Group& g : groups_) {
     gather_params(g);
-    g.grads.buffer().zero_();
+    zero_group_grads(g);
   }
 }
 

@@ -12,6 +12,8 @@ const char* sharding_mode_name(ShardingMode m) {
       return "ddp";
     case ShardingMode::mesh:
       return "mesh";
+    case ShardingMode::zero3:
+      return "zero3";
   }
   return "?";
 }
@@ -20,7 +22,8 @@ ShardingMode parse_sharding_mode(const std::string& name) {
   if (name == "replicated") return ShardingMode::replicated;
   if (name == "ddp") return ShardingMode::ddp;
   if (name == "mesh") return ShardingMode::mesh;
-  throw ValueError("optimizer: sharding mode '" + name + "' is unknown; use replicated, ddp or mesh");
+  if (name == "zero3") return ShardingMode::zero3;
+  throw ValueError("optimizer: sharding mode '" + name + "' is unknown; use replicated, ddp, mesh or zero3");
 }
 
 ShardPlan plan_sharding(const Mesh& mesh, ShardingMode mode) {
@@ -43,6 +46,7 @@ ShardPlan plan_sharding(const Mesh& mesh, ShardingMode mode) {
     case ShardingMode::replicated:
       break;
     case ShardingMode::ddp:
+    case ShardingMode::zero3:
       p.shards = p.batch_ranks, p.own_shard = batch_index;
       break;
     case ShardingMode::mesh:

@@ -11,6 +11,14 @@
 //               contiguous because mesh rank = q * domain + domain coordinate), then each rank keeps its own
 //               1/domain piece of it, a local slice (the domain sums were made once already, by the patches); one
 //               all_gather over the whole mesh rebuilds the parameters.
+//   zero3       the FSDP2 / ZeRO-3 layout (optim/zero3.cpp): like `ddp` each ddp rank owns 1/ddp of everything,
+//               and the parameters too live only as that shard between uses: each block's parameters are
+//               all-gathered (async) just before the block's forward, the next block's gather prefetched, released
+//               after the forward, re-gathered before the block's backward (the one before it prefetched), and the
+//               block's grads reduce-scattered (async) over ddp as soon as its backward is done. Parameters outside
+//               every block (the root unit: embeddings, head) stay whole, their grads reduce-scattered in step().
+//               A mode of its own rather than a flag on `ddp`: it needs the module's block structure and its hooks,
+//               and `ddp` stays the plain-module ZeRO-2 that works with any model and any grads a caller writes.
 // Global-norm clipping adds one all_reduce of one f64 (the squared norm) over the ranks whose shards are
 // disjoint: none (replicated), ddp, or the whole mesh.
 #pragma once
@@ -20,7 +28,7 @@
 
 namespace shardrt::optim {
 
-enum class ShardingMode { replicated, ddp, mesh };
+enum class ShardingMode { replicated, ddp, mesh, zero3 };
 const char* sharding_mode_name(ShardingMode m);
 ShardingMode parse_sharding_mode(const std::string& name);  // ValueError listing the modes
 

@@ -1,5 +1,7 @@
 #include "runtime/storage.h"
 
+#include "runtime/errors.h"
+
 namespace shardrt {
 
 std::shared_ptr<Storage> Storage::allocate(std::size_t bytes, Device device) {
@@ -14,7 +16,23 @@ std::shared_ptr<Storage> Storage::wrap(void* data, std::size_t bytes, Device dev
 }
 
 Storage::~Storage() {
-  if (owner_) owner_->deallocate(data_, bytes_);
+  if (owner_ && resident_) owner_->deallocate(data_, bytes_);
+}
+
+void Storage::release() {
+  SHARDRT_CHECK(owner_, ValueError, "Storage::release: ", bytes_, " bytes of memory owned elsewhere (a mapped file or a "
+                "caller's buffer) cannot be released");
+  if (!resident_) return;
+  owner_->deallocate(data_, bytes_);
+  data_ = nullptr;
+  resident_ = false;
+}
+
+void Storage::refill() {
+  SHARDRT_CHECK(owner_, ValueError, "Storage::refill: ", bytes_, " bytes of memory owned elsewhere cannot be refilled");
+  if (resident_) return;
+  data_ = owner_->allocate(bytes_);
+  resident_ = true;
 }
 
 }  // namespace shardrt

@@ -22,6 +22,15 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return data_; }
+  // Owned storage only (else ValueError): release() gives the bytes back to the allocator (current and peak bytes
+  // show it) but keeps this object, so every Tensor and view on it stays a valid handle — an autograd node that
+  // saved one still holds it — while reading or writing it is a ValueError; refill() allocates the same number of
+  // bytes again (contents undefined) at a possibly new address, which every view sees since views resolve their
+  // pointer through the storage. ZeRO-3 parameters (optim/zero3.h) live on such storage between their gathers.
+  // Neither is thread-safe against concurrent use of the tensors.
+  void release();
+  void refill();
+  bool resident() const { return resident_; }
   std::size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
 
@@ -34,6 +43,7 @@ class Storage {
   Device device_;
   Allocator* owner_;  // null for wrapped memory
   std::shared_ptr<void> keep_alive_;
+  bool resident_ = true;
 };
 
 }  // namespace shardrt

@@ -50,6 +50,9 @@ std::string Tensor::str() const {
 
 void* Tensor::raw_data() const {
   SHARDRT_CHECK(defined(), ValueError, "data: tensor is undefined");
+  SHARDRT_CHECK(storage_->resident(), ValueError, "data: the storage of ", str(),
+                " is released (a ZeRO-3 parameter outside its block's forward and backward, optim/zero3.h); refill it "
+                "first");
   return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_));
 }
 

@@ -4,6 +4,7 @@
 
 #include "mesh/communicator.h"
 #include "mesh_testing.h"
+#include "runtime/errors.h"
 #include "runtime/half.h"
 
 using namespace shardrt;
@@ -171,4 +172,73 @@ TEST_CASE("collectives: all_to_all and all_to_all_v", "[mesh][collectives]") {
       else c.all_to_all_v(in, sc, out, rc);
       CHECK_VALUES(out, want);
     }
+}
+
+TEST_CASE("collectives: all_gather_async and reduce_scatter_async (and _v) give the blocking results, several in "
+          "flight at once, each one ledger line as the blocking call",
+          "[mesh][collectives][async]") {
+  const auto& c = world();
+  const int p = c.size(), r = c.rank();
+  const auto counts = count_patterns(p)[2].second;  // zero-size segments on the even ranks
+  const auto d = prefix(counts);
+  for (DType t : {DType::f64, DType::f32, DType::bf16, DType::i32}) {
+    INFO(dtype_name(t));
+    const std::string scope = std::string("async.") + dtype_name(t);
+    auto s = c.ledger().scope(scope);
+    // Four collectives issued before any is waited for, then completed in another order than issued.
+    Tensor g_in = tensor_of(gen_vec(r, 3), t), g_out = Tensor::empty({3 * p}, t);
+    Tensor gv_in = tensor_of(gen_vec(r, counts[r]), t), gv_out = Tensor::empty({d.back()}, t);
+    Tensor rs_in = tensor_of(gen_vec(r, 4 * p, 1), t), rs_out = Tensor::empty({4}, t);
+    Tensor rv_in = tensor_of(gen_vec(r, d.back(), 1), t), rv_out = Tensor::empty({counts[r]}, t);
+    CommHandle h1 = c.all_gather_async(g_in, g_out);
+    CommHandle h2 = c.all_gather_v_async(gv_in, gv_out, counts);
+    CommHandle h3 = c.reduce_scatter_async(rs_in, rs_out, ReduceOp::sum);
+    CommHandle h4 = c.reduce_scatter_v_async(rv_in, rv_out, counts, ReduceOp::max);
+    CHECK(h1.pending());
+    h4.wait();
+    h2.wait();
+    while (!h3.ready()) {
+    }
+    h1.wait();
+    CHECK_FALSE(h1.pending());
+    std::vector<double> want_g, want_gv, want_rs, want_rv;
+    for (int src = 0; src < p; ++src) {
+      for (double x : gen_vec(src, 3)) want_g.push_back(x);
+      for (double x : gen_vec(src, counts[src])) want_gv.push_back(x);
+    }
+    for (int64_t i = 4 * r; i < 4 * r + 4; ++i) {
+      std::vector<double> xs;
+      for (int src = 0; src < p; ++src) xs.push_back(gen(src, i, 1));
+      want_rs.push_back(reduce_ref(ReduceOp::sum, xs));
+    }
+    for (int64_t i = d[r]; i < d[r + 1]; ++i) {
+      std::vector<double> xs;
+      for (int src = 0; src < p; ++src) xs.push_back(gen(src, i, 1));
+      want_rv.push_back(reduce_ref(ReduceOp::max, xs));
+    }
+    CHECK_VALUES(g_out, want_g);
+    CHECK_VALUES(gv_out, want_gv);
+    CHECK_VALUES(rs_out, want_rs);
+    CHECK_VALUES(rv_out, want_rv);
+    // Counted when issued, under the kind and bytes of the blocking call.
+    const int64_t item = static_cast<int64_t>(dtype_size(t)), others = p - 1;
+    CHECK(c.ledger().calls(scope, "all_gather", c.axis()) == 1);
+    CHECK(c.ledger().bytes(scope, "all_gather", c.axis()) == 3 * item * others);
+    CHECK(c.ledger().bytes(scope, "all_gather_v", c.axis()) == counts[r] * item * others);
+    CHECK(c.ledger().bytes(scope, "reduce_scatter", c.axis()) == 4 * (p - 1) * item);
+    CHECK(c.ledger().bytes(scope, "reduce_scatter_v", c.axis()) == (d.back() - counts[r]) * item);
+  }
+  // bf16 with f32 accumulation: the output is written when the handle completes, rounded once.
+  {
+    Tensor in = full({2 * p}, 1.0, {DType::bf16}), out = zeros({2}, {DType::bf16});
+    in.narrow(0, 0, 1).fill_(256.0);
+    CommHandle h = c.reduce_scatter_async(in, out, ReduceOp::sum, Accumulate::f32);
+    h.wait();
+    const double exact0 = r == 0 ? 256.0 * p : p;
+    CHECK(out.to(DType::f64).to_vector()[1] == static_cast<double>(p));
+    CHECK(std::fabs(out.to(DType::f64).to_vector()[0] - exact0) <= exact0 / 128);
+  }
+  // Bad arguments are the blocking call's typed errors, raised before anything is sent.
+  CHECK_THROWS_AS(c.all_gather_async(Tensor::empty({3}), Tensor::empty({3 * p + 1})), ShapeError);
+  CHECK_THROWS_AS(c.reduce_scatter_async(Tensor::empty({2 * p}), Tensor::empty({2}, DType::f64)), DTypeError);
 }

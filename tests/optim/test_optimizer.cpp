@@ -347,7 +347,8 @@ TEST_CASE("optimizer bad input: typed errors naming the setting", "[optim][error
   cfg.algorithm = Algorithm::sgd;
   cfg.sgd = {.lr = 0.1, .nesterov = true};
   CHECK_THROWS_WITH(Optimizer(self_mesh(), m, cfg), Catch::Contains("Nesterov"));
-  CHECK_THROWS_WITH(parse_sharding_mode("zero3"), Catch::Contains("replicated, ddp or mesh"));
+  CHECK_THROWS_WITH(parse_sharding_mode("zero2"), Catch::Contains("replicated, ddp, mesh or zero3"));
+  CHECK(parse_sharding_mode("zero3") == ShardingMode::zero3);
   CHECK_THROWS_WITH(parse_algorithm("lamb"), Catch::Contains("adamw, sgd or muon_adamw"));
   CHECK_THROWS_AS(one_cycle_schedule(10, 0.05), ValueError);
   CHECK_THROWS_AS(warmup_cosine_schedule(5, 5), ValueError);

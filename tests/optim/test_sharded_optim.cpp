@@ -169,6 +169,8 @@ TEST_CASE("ledger: the exact collectives of one optimizer step in each mode", "[
             want.push_back({"optimizer.gather_params", "all_gather", flat, 1, shard * 8 * (P - 1)});
           }
           break;
+        case ShardingMode::zero3:  // tests/optim/test_zero3.cpp (its collectives run during forward and backward)
+          break;
       }
       INFO("mesh " << mesh.str() << " mode " << sharding_mode_name(mode));
       check_ledger(mesh, want);
