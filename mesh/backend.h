@@ -45,6 +45,23 @@ class CommBackend {
   // Starts every transfer of the batch together (deadlock-free in any order) and returns at once.
   virtual std::unique_ptr<PendingOp> start_p2p(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
                                                Call call) = 0;
+
+  // ---- non-blocking all_reduce (Communicator::all_reduce_async) ----
+  // Starts the in-place reduction and returns at once; the op completes it. A backend without a non-blocking
+  // form runs the blocking call here and returns an op that is already done (correct, only not overlapped).
+  virtual std::unique_ptr<PendingOp> start_all_reduce(const Tensor& buf, ReduceOp op, Call call);
 };
+
+// The op of a collective that finished before its start returned.
+class FinishedCollective final : public PendingOp {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
+inline std::unique_ptr<PendingOp> CommBackend::start_all_reduce(const Tensor& buf, ReduceOp op, Call call) {
+  all_reduce(buf, op, call);
+  return std::make_unique<FinishedCollective>();
+}
 
 }  // namespace shardrt

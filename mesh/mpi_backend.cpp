@@ -1,6 +1,7 @@
 #include "mesh/mpi_backend.h"
 
 #include <climits>
+#include <functional>
 
 #include "mesh/mpi_call.h"
 #include "mesh/mpi_types.h"
@@ -209,6 +210,47 @@ class MpiPending final : public PendingOp {
   bool finished_ = false;
 };
 
+// A started non-blocking all_reduce: test() polls it once, wait() polls until done or the deadline (counted from
+// when it was issued) passes; `finish` runs once it completed (a mean's division, a CUDA buffer's copy back).
+// Collective requests cannot be cancelled, so a failure keeps every buffer it touches alive (give_up).
+class MpiAllReducePending final : public PendingOp {
+ public:
+  MpiAllReducePending(std::shared_ptr<CommCore> core, Call call, MPI_Request req, Tensor host,
+                      std::function<void()> finish)
+      : core_(std::move(core)), call_(std::move(call)), reqs_{req}, st_(1), host_(std::move(host)),
+        finish_(std::move(finish)) {}
+
+  bool test() override {
+    if (finished_) return true;
+    bool done = false;
+    const int rc = test_all(reqs_, st_, done);
+    if (rc != MPI_SUCCESS) give_up(*core_, call_, "MPI error: " + status_errors(rc, st_), reqs_, false, {host_});
+    if (!done) return false;
+    finished_ = true;
+    if (finish_) finish_();
+    host_ = Tensor();
+    return true;
+  }
+
+  void wait() override {
+    PollBackoff backoff;
+    while (!test()) {
+      if (call_.deadline.expired())
+        give_up(*core_, call_, core_->timeout_reason(call_, "every rank to join"), reqs_, false, {host_});
+      backoff.pause();
+    }
+  }
+
+ private:
+  std::shared_ptr<CommCore> core_;
+  Call call_;
+  std::vector<MPI_Request> reqs_;
+  std::vector<MPI_Status> st_;
+  Tensor host_;  // held until completion: MPI reads and writes it meanwhile
+  std::function<void()> finish_;
+  bool finished_ = false;
+};
+
 }  // namespace
 
 void MpiBackend::all_reduce(const Tensor& buf, ReduceOp op, Call& call) {
@@ -220,6 +262,19 @@ void MpiBackend::all_reduce(const Tensor& buf, ReduceOp op, Call& call) {
   wait_collective(*core_, call, req, {s.host});
   if (op == ReduceOp::mean && core_->size > 1) divide_host(s.ptr(), buf.dtype(), buf.numel(), core_->size);
   unstage(s);
+}
+
+std::unique_ptr<PendingOp> MpiBackend::start_all_reduce(const Tensor& buf, ReduceOp op, Call call) {
+  Staged s = stage(buf, true);
+  MPI_Request req;
+  check_start(*core_, call,
+              MPI_Iallreduce(MPI_IN_PLACE, s.ptr(), mpi_count(buf.numel(), call), mpi_datatype(buf.dtype()),
+                             mpi_reduce_op(buf.dtype(), op), core_->comm, &req));
+  const int size = core_->size;
+  return std::make_unique<MpiAllReducePending>(core_, std::move(call), req, s.host, [s, op, size, buf] {
+    if (op == ReduceOp::mean && size > 1) divide_host(s.ptr(), buf.dtype(), buf.numel(), size);
+    unstage(s);
+  });
 }
 
 void MpiBackend::broadcast(const Tensor& buf, int root, Call& call) {

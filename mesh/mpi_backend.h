@@ -23,6 +23,8 @@ class MpiBackend final : public CommBackend {
                     const std::vector<int64_t>& recv_counts, Call& call) override;
   std::unique_ptr<PendingOp> start_p2p(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
                                        Call call) override;
+  // MPI_Iallreduce, completed by the returned op (polled under the call's deadline).
+  std::unique_ptr<PendingOp> start_all_reduce(const Tensor& buf, ReduceOp op, Call call) override;
 
  private:
   std::shared_ptr<CommCore> core_;
