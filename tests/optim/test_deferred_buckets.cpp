@@ -128,10 +128,10 @@ std::vector<int64_t> expected_bucket_numels(const ArenaLayout& L, int64_t bytes,
 
 }  // namespace
 
-TEST_CASE("deferred buckets: ViT and FLARE in fp64, every mesh and sharding mode, parameters after 3 steps equal the "
+TEST_CASE("deferred buckets: ViT and FLARE in fp64, every mesh and sharding mode, parameters after 2 steps equal the "
           "plain single-rank run's within 1e-10",
           "[optim][deferred][smoke]") {
-  const int steps = 3;
+  const int steps = 2;
   for (const ModelCase& mc : model_cases()) {
     for (auto grid_shape : every_grid()) {
       const Mesh mesh = grid(grid_shape, std::make_shared<CommLedger>());
@@ -158,6 +158,7 @@ TEST_CASE("deferred buckets: one step's collectives — one all_reduce per bucke
     const Mesh mesh = grid(grid_shape, std::make_shared<CommLedger>());
     for (ShardingMode mode : {ShardingMode::ddp, ShardingMode::replicated})
       for (int64_t bucket_bytes : {int64_t{4096}, int64_t{1} << 20}) {
+        if (mode == ShardingMode::replicated && bucket_bytes != 4096) continue;  // one size shows the fold
         std::map<std::string, LedgerEntry> plain, deferred;
         for (bool defer : {false, true}) {
           auto model = golden_model(load_golden(mc.golden));
