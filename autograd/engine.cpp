@@ -1,5 +1,6 @@
 #include "autograd/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <queue>
 #include <unordered_map>
@@ -141,6 +142,49 @@ void add_pending(PendingGrads& pending, Node& node, int output_nr, const Tensor&
 
 }  // namespace
 
+// ---- leaf-grad-ready hook -------------------------------------------------------------------------------------
+namespace {
+// The live hooks of this thread, in the order they were made.
+thread_local std::vector<LeafGradReadyHook::Callback*> t_leaf_ready_hooks;
+
+// Per backward: how many edges of not-yet-run nodes still point at each leaf; a leaf whose count reaches zero is
+// final and is announced to the hooks. Empty (and free) when no hook is live.
+class LeafReadiness {
+ public:
+  void begin() { active_ = !t_leaf_ready_hooks.empty(); }
+  void expect_edge(const std::shared_ptr<AutogradMeta>& leaf) {
+    if (active_) ++pending_[leaf.get()];
+  }
+  // A root leaf's seed: final now unless a node still feeds it (then its last edge announces it).
+  void seeded_root(const std::shared_ptr<AutogradMeta>& leaf) {
+    if (active_ && !pending_.count(leaf.get()) && announced_.insert(leaf.get()).second) announce(*leaf);
+  }
+  void edge_done(const std::shared_ptr<AutogradMeta>& leaf) {
+    if (active_ && --pending_[leaf.get()] == 0) announce(*leaf);
+  }
+
+ private:
+  static void announce(AutogradMeta& leaf) {
+    // A copy: a callback may (though it should not) make or drop hooks.
+    const std::vector<LeafGradReadyHook::Callback*> hooks = t_leaf_ready_hooks;
+    for (LeafGradReadyHook::Callback* h : hooks) (*h)(leaf);
+  }
+  bool active_ = false;
+  std::unordered_map<AutogradMeta*, int> pending_;
+  std::unordered_set<AutogradMeta*> announced_;
+};
+}  // namespace
+
+LeafGradReadyHook::LeafGradReadyHook(Callback on_ready) : on_ready_(std::move(on_ready)) {
+  SHARDRT_CHECK(on_ready_, ValueError, "LeafGradReadyHook: the callback is empty");
+  t_leaf_ready_hooks.push_back(&on_ready_);
+}
+
+LeafGradReadyHook::~LeafGradReadyHook() {
+  auto& hooks = t_leaf_ready_hooks;
+  hooks.erase(std::remove(hooks.begin(), hooks.end(), &on_ready_), hooks.end());
+}
+
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   SHARDRT_CHECK(roots.size() == grads.size(), ValueError, "backward: ", roots.size(), " roots but ", grads.size(),
                 " grads");
@@ -149,6 +193,9 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   // Seed grads; roots that are leaves receive theirs directly.
   PendingGrads pending;
   std::vector<std::shared_ptr<Node>> starts;
+  LeafReadiness readiness;
+  readiness.begin();
+  std::vector<std::shared_ptr<AutogradMeta>> root_leaves;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     SHARDRT_CHECK(requires_grad(r), AutogradError, "backward: root ", i, " (", r.str(),
@@ -163,6 +210,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     Edge e = gradient_edge(r);
     if (e.leaf) {
       accumulate_leaf(*e.leaf, g);
+      root_leaves.push_back(e.leaf);
       continue;
     }
     add_pending(pending, *e.node, e.output_nr, g);
@@ -179,11 +227,14 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->inputs) {
+      if (e.leaf) readiness.expect_edge(e.leaf);
       if (!e.node) continue;
       dependencies[e.node.get()] += 1;
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
     }
   }
+
+  for (const auto& leaf : root_leaves) readiness.seeded_root(leaf);
 
   // Run nodes whose consumers have all delivered their grads.
   // Among the nodes whose consumers are done, run the most recently recorded first. Every node's consumers were
@@ -225,6 +276,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
           check_grad_shape(*node, i, g, e.shape);
           accumulate_leaf(*e.leaf, g);
         }
+        readiness.edge_done(e.leaf);
         continue;
       }
       Node* next = e.node.get();

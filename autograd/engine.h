@@ -29,6 +29,27 @@ BeforeNodeHook set_before_node_hook(BeforeNodeHook hook);
 // The sequence number the next node recorded on the tape will get.
 uint64_t next_node_sequence_nr();
 
+// ---- leaf-grad-ready hook -----------------------------------------------------------------------------------
+// While one of these is alive, every backward() run on the thread that made it calls `on_ready(leaf)` once for each
+// reachable leaf that requires grad, the moment that leaf's grad for this backward is final: every node that holds
+// an edge to it has run and delivered (or declined to deliver) its contribution, so nothing still pending can add
+// to it. Calls come on the backward thread, in the order the leaves become final; a leaf no node delivered a grad
+// to still gets its call (its grad is whatever it held before). Leaves passed as roots are final once seeded unless
+// a node also feeds them. Several live hooks are called in the order they were made. Why: an optimizer can start
+// reducing a bucket of parameter grads while the rest of backward runs (optim/grad_buckets.h).
+// RAII: the hook is removed when the object dies, so a hook made for one step cannot leak into the next.
+class LeafGradReadyHook {
+ public:
+  using Callback = std::function<void(AutogradMeta& leaf)>;
+  explicit LeafGradReadyHook(Callback on_ready);
+  ~LeafGradReadyHook();
+  LeafGradReadyHook(const LeafGradReadyHook&) = delete;
+  LeafGradReadyHook& operator=(const LeafGradReadyHook&) = delete;
+
+ private:
+  Callback on_ready_;
+};
+
 // dst += src, in place, for same-shape floating tensors on one device (used for grad accumulation); bf16 / f16
 // destinations are summed in f32 and rounded once.
 void accumulate_into(const Tensor& dst, const Tensor& src);

@@ -46,6 +46,10 @@ class CommBackend {
   virtual std::unique_ptr<PendingOp> start_p2p(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
                                                Call call) = 0;
 
+  // ---- non-blocking all_reduce (Communicator::all_reduce_async) ----
+  // Starts the in-place reduction and returns at once; the op completes it. A backend without a non-blocking
+  // form runs the blocking call here and returns an op that is already done (correct, only not overlapped).
+  virtual std::unique_ptr<PendingOp> start_all_reduce(const Tensor& buf, ReduceOp op, Call call);
   // ---- non-blocking all_gather_v / reduce_scatter_v (Communicator's *_async) ----
   // Start the collective and return at once; the op completes it. A backend without a non-blocking form runs the
   // blocking call here and returns an op that is already complete (correct, only not overlapped).
@@ -72,6 +76,11 @@ inline std::unique_ptr<PendingOp> CommBackend::start_reduce_scatter_v(const Tens
                                                                       const std::vector<int64_t>& counts, ReduceOp op,
                                                                       Call call) {
   reduce_scatter_v(in, out, counts, op, call);
+  return std::make_unique<CompletedOp>();
+}
+
+inline std::unique_ptr<PendingOp> CommBackend::start_all_reduce(const Tensor& buf, ReduceOp op, Call call) {
+  all_reduce(buf, op, call);
   return std::make_unique<CompletedOp>();
 }
 

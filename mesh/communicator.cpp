@@ -236,6 +236,27 @@ void Communicator::all_reduce(const Tensor& buf, ReduceOp op, Accumulate acc) co
   buf.copy_(w32);
 }
 
+CommHandle Communicator::all_reduce_async(const Tensor& buf, ReduceOp op, Accumulate acc) const {
+  const char* kind = "all_reduce";
+  enter_collective();
+  require_buffer(*core_, kind, buf, "buffer");
+  require_reducible(*core_, kind, buf.dtype(), op);
+  const bool wide = widens(buf.dtype(), acc);
+  CallSignature sig = signature_of(kind, buf);
+  sig.count = buf.numel();
+  sig.op = op_code(op, wide);
+  check_signature(sig);
+  CommBackend& be = backend_for(buf, kind);
+  record(kind, buf.numel() * static_cast<int64_t>(dtype_size(wide ? DType::f32 : buf.dtype())) * (size() - 1));
+  Call call = core_->call(kind, [=] {
+    return detail::concat(buf.str(), " ", reduce_op_name(op), wide ? " (f32 accumulate)" : "", " (async)");
+  });
+  if (!wide) return CommHandle(be.start_all_reduce(buf, op, std::move(call)), nullptr);
+  // 16-bit buffers travel and sum in f32; the result is rounded into `buf` once, on completion.
+  Tensor w32 = buf.to(DType::f32);
+  return CommHandle(be.start_all_reduce(w32, op, std::move(call)), [buf, w32] { buf.copy_(w32); });
+}
+
 void Communicator::broadcast(const Tensor& buf, int root) const {
   const char* kind = "broadcast";
   enter_collective();

@@ -109,6 +109,11 @@ class Communicator {
   // ---- collectives (every rank calls them, in the same order) ----
   // In place. Accumulate::f32 sums bf16/f16 in f32 and rounds once.
   void all_reduce(const Tensor& buf, ReduceOp op = ReduceOp::sum, Accumulate acc = Accumulate::native) const;
+  // all_reduce, started now and completed by the handle's wait() (ledger and checked mode as for all_reduce, at
+  // issue). `buf` must stay untouched, and alive, until then. Every rank must issue its async calls in the same
+  // order relative to the communicator's other collectives.
+  CommHandle all_reduce_async(const Tensor& buf, ReduceOp op = ReduceOp::sum,
+                              Accumulate acc = Accumulate::native) const;
   void broadcast(const Tensor& buf, int root) const;  // in place; root is a communicator rank
   void barrier() const;
   // out.numel() == P * in.numel(); rank j's input lands at out[j*n, (j+1)*n).

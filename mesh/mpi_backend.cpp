@@ -264,6 +264,20 @@ void MpiBackend::all_reduce(const Tensor& buf, ReduceOp op, Call& call) {
   unstage(s);
 }
 
+std::unique_ptr<PendingOp> MpiBackend::start_all_reduce(const Tensor& buf, ReduceOp op, Call call) {
+  Staged s = stage(buf, true);
+  MPI_Request req;
+  check_start(*core_, call,
+              MPI_Iallreduce(MPI_IN_PLACE, s.ptr(), mpi_count(buf.numel(), call), mpi_datatype(buf.dtype()),
+                             mpi_reduce_op(buf.dtype(), op), core_->comm, &req));
+  const int size = core_->size;
+  return std::make_unique<MpiCollectivePending>(core_, std::move(call), req, std::vector<Tensor>{s.host},
+                                                [s, op, size, buf] {
+    if (op == ReduceOp::mean && size > 1) divide_host(s.ptr(), buf.dtype(), buf.numel(), size);
+    unstage(s);
+  });
+}
+
 void MpiBackend::broadcast(const Tensor& buf, int root, Call& call) {
   bool is_root = core_->rank == root;
   Staged s = stage(buf, is_root);

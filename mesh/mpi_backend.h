@@ -29,6 +29,8 @@ class MpiBackend final : public CommBackend {
   std::unique_ptr<PendingOp> start_reduce_scatter_v(const Tensor& in, const Tensor& out,
                                                     const std::vector<int64_t>& counts, ReduceOp op,
                                                     Call call) override;
+  // MPI_Iallreduce, completed by the returned op (polled under the call's deadline).
+  std::unique_ptr<PendingOp> start_all_reduce(const Tensor& buf, ReduceOp op, Call call) override;
 
  private:
   std::shared_ptr<CommCore> core_;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/cpu/simd.h"
+#include "optim/update_simd.h"
 #include "runtime/errors.h"
 
 namespace shardrt::optim {
@@ -17,18 +19,17 @@ void check_adamw_options(const AdamWOptions& o) {
 template <class T>
 void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, const AdamWOptions& o, double lr, int64_t step) {
   const double t = static_cast<double>(step);
-  const T decay = static_cast<T>(1 - lr * o.weight_decay);
-  const T b1 = static_cast<T>(o.beta1), b2 = static_cast<T>(o.beta2);
-  const T step_size = static_cast<T>(lr / (1 - std::pow(o.beta1, t)));
-  const T sqrt_bc2 = static_cast<T>(std::sqrt(1 - std::pow(o.beta2, t)));
-  const T eps = static_cast<T>(o.eps);
-#pragma omp parallel for simd if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    p[i] *= decay;
-    m[i] = b1 * m[i] + (T(1) - b1) * g[i];
-    v[i] = b2 * v[i] + (T(1) - b2) * g[i] * g[i];
-    p[i] -= step_size * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
-  }
+  simd::AdamWConstants<T> c;
+  c.decay = static_cast<T>(1 - lr * o.weight_decay);
+  c.b1 = static_cast<T>(o.beta1), c.b2 = static_cast<T>(o.beta2);
+  c.one_minus_b1 = T(1) - c.b1, c.one_minus_b2 = T(1) - c.b2;
+  c.step_size = static_cast<T>(lr / (1 - std::pow(o.beta1, t)));
+  c.sqrt_bc2 = static_cast<T>(std::sqrt(1 - std::pow(o.beta2, t)));
+  c.eps = static_cast<T>(o.eps);
+  // Shape-only chunks, each in vector lanes (optim/update_simd.h): the same bits for any thread count.
+  kernels::cpu::parallel_chunks(n, [&](int64_t lo, int64_t hi) {
+    simd::adamw_chunk(p + lo, g + lo, m + lo, v + lo, hi - lo, c);
+  });
 }
 
 template void adamw_update<float>(float*, const float*, float*, float*, int64_t, const AdamWOptions&, double, int64_t);

@@ -92,6 +92,7 @@ Optimizer::Optimizer(const Mesh& mesh, models::Module& module, OptimizerConfig c
     g.layout = plan_layout(requests, plan_.shards);
     g.params = FlatArena(g.layout, g.dtype, Device::cpu());
     g.grads = FlatArena(g.layout, g.dtype, Device::cpu());
+    std::vector<AutogradMeta*> leaves;
     {
       NoGradGuard no_grad;
       for (size_t k = 0; k < idx.size(); ++k) {
@@ -101,8 +102,10 @@ Optimizer::Optimizer(const Mesh& mesh, models::Module& module, OptimizerConfig c
         set_requires_grad(view);
         bind_grad(view, g.grads.view(slot));
         bound[idx[k]] = view;
+        leaves.push_back(view.autograd_meta().get());
       }
     }
+    leaves_.push_back(std::move(leaves));
     const int64_t begin = g.layout.shard_begin(plan_.own_shard), n = g.layout.shard_numel;
     // zero3: the master shard has storage of its own (the parameter arena is released between uses).
     if (g.master_dtype != g.dtype) g.master = g.params.range(begin, n).to(g.master_dtype);
@@ -166,6 +169,7 @@ void Optimizer::zero_grad() {
   if (plan_.mode == ShardingMode::zero3) zero3_finish_backward();
   for (Group& g : groups_) zero_group_grads(g);
   micro_ = 0;
+  deferred_micros_ = 0;
 }
 
 void Optimizer::zero_group_grads(Group& g) {
@@ -182,7 +186,7 @@ void Optimizer::reduce_grads(Group& g, double scale) {
   Tensor shard;
   switch (plan_.mode) {
     case ShardingMode::replicated:
-      if (batch) batch->all_reduce(g.grads.buffer(), ReduceOp::sum, acc);
+      if (batch && !batch_summed_) batch->all_reduce(g.grads.buffer(), ReduceOp::sum, acc);
       shard = g.grads.buffer();
       break;
     case ShardingMode::ddp:
@@ -298,10 +302,41 @@ void Optimizer::gather_params(Group& g) {
   over->all_gather(send, g.params.buffer());
 }
 
+std::shared_ptr<DeferredDomainSums> Optimizer::defer_domain_grad_sums() {
+  SHARDRT_CHECK(deferral_.expired(), ValueError,
+                "optimizer: defer_domain_grad_sums() while this micro-batch's deferred scope is still open; open one "
+                "per micro-batch");
+  // Over the domain axis; in `replicated` mode over the whole mesh, which makes each bucket's all_reduce the ddp
+  // sum as well (step() then only scales).
+  const Communicator* over = nullptr;
+  for (int m = 0; m < mesh_.ndim(); ++m)
+    if (!mesh_.is_batch_axis(m)) over = &mesh_.axis(mesh_.axis_names()[m]);
+  if (plan_.mode == ShardingMode::replicated) over = &mesh_.flat();
+  std::vector<DeferredDomainSums::Group> groups;
+  for (size_t i = 0; i < groups_.size(); ++i)
+    groups.push_back({&groups_[i].layout, groups_[i].grads.buffer(), leaves_[i], low_precision(groups_[i].dtype)});
+  // Only the micro-batch that ends the accumulation window sums; the others leave their partial grads to add up.
+  const bool last_micro = micro_ + 1 >= config_.accumulation_steps;
+  auto d = std::make_shared<DeferredDomainSums>(over, std::move(groups), config_.bucket_bytes, last_micro);
+  deferral_ = d;
+  ++deferred_micros_;
+  return d;
+}
+
 bool Optimizer::step() {
   if (plan_.mode == ShardingMode::zero3) zero3_finish_backward();
+  if (auto d = deferral_.lock()) d->finish();  // before the "optimizer" scope: its sums belong to the backward
+  deferral_.reset();
   if (++micro_ < config_.accumulation_steps) return false;
   micro_ = 0;
+  const int deferred = deferred_micros_;
+  deferred_micros_ = 0;
+  // Deferred buckets in `replicated` mode summed over the whole mesh: the batch sum is done (see reduce_grads).
+  batch_summed_ = deferred > 0 && plan_.mode == ShardingMode::replicated;
+  SHARDRT_CHECK(deferred == 0 || deferred == config_.accumulation_steps, ValueError, "optimizer: ", deferred, " of the ",
+                config_.accumulation_steps,
+                " micro-batches of this accumulation window deferred their domain grad sums and the others did not; "
+                "their grads cannot be combined (partial and whole over the domain): defer all of them or none");
   auto scope = mesh_.flat().ledger().scope("optimizer");
   const double scale = 1.0 / (static_cast<double>(plan_.batch_ranks) * config_.accumulation_steps);
   for (Group& g : groups_) reduce_grads(g, scale);

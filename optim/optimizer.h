@@ -38,6 +38,7 @@
 #include "optim/adamw.h"
 #include "optim/arena.h"
 #include "optim/checkpoint.h"
+#include "optim/grad_buckets.h"
 #include "optim/muon.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
@@ -57,6 +58,8 @@ struct OptimizerConfig {
   ShardingMode mode = ShardingMode::replicated;
   double max_grad_norm = 0;  // 0: no clipping
   int accumulation_steps = 1;
+  // Deferred domain sums (defer_domain_grad_sums): bytes of grads per bucket. 25 MiB, DDP's default bucket cap.
+  int64_t bucket_bytes = int64_t{25} << 20;
   std::shared_ptr<Schedule> schedule;  // null: constant
   // zero3: the blocks, as module names (named_modules(); e.g. "stages.0"), each gathered and reduce-scattered on
   // its own. Empty: every module registered on the model itself as a list entry "<list>.<integer>" (the ViT's
@@ -96,6 +99,15 @@ class Optimizer {
   // Returns true when this call updated the parameters (every accumulation_steps-th call).
   bool step();
   void zero_grad();
+
+  // Opens one step's deferred domain-axis grad sums (optim/grad_buckets.h): keep the returned scope alive over the
+  // forward and backward of the micro-batch (the patches decide when ops are recorded), then call step(), which
+  // finishes the buckets first. The scope's buckets all_reduce over the domain axis during backward, each as soon
+  // as its parameters' grads are final, and the batch-axis step follows unchanged (reduce_scatter over ddp) — except
+  // in `replicated` mode, where the buckets all_reduce over the whole mesh and so make the ddp sum too.
+  // With accumulation_steps = k every micro-batch of a window must be deferred alike (or none): the partial grads
+  // accumulate and only the window's last backward sums them (a mix is a ValueError at the update).
+  [[nodiscard]] std::shared_ptr<DeferredDomainSums> defer_domain_grad_sums();
 
   int64_t steps_taken() const { return steps_; }
   double current_lr_factor() const;
@@ -198,6 +210,10 @@ class Optimizer {
   std::vector<Unit> units_;     // zero3 only
   int backward_unit_ = -1;      // zero3: the block whose backward is running
   Zero3Stats zero3_stats_;
+  std::vector<std::vector<AutogradMeta*>> leaves_;  // per group, per slot: the bound parameter's autograd meta
+  std::weak_ptr<DeferredDomainSums> deferral_;      // the open deferred scope of this micro-batch, if any
+  int deferred_micros_ = 0;                         // micro-batches of this window whose domain sums were deferred
+  bool batch_summed_ = false;                       // this step's grads are already summed over ddp (deferred)
 };
 
 }  // namespace shardrt::optim

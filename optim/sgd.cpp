@@ -1,5 +1,7 @@
 #include "optim/sgd.h"
 
+#include "kernels/cpu/simd.h"
+#include "optim/update_simd.h"
 #include "runtime/errors.h"
 
 namespace shardrt::optim {
@@ -15,18 +17,14 @@ void check_sgd_options(const SGDOptions& o) {
 
 template <class T>
 void sgd_update(T* p, const T* g, T* buf, int64_t n, const SGDOptions& o, double lr, int64_t step) {
-  const T wd = static_cast<T>(o.weight_decay), mu = static_cast<T>(o.momentum);
-  const T keep = static_cast<T>(1 - o.dampening), rate = static_cast<T>(lr);
-  const bool with_momentum = o.momentum != 0, first = step == 1;
-#pragma omp parallel for simd if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    T d = g[i] + wd * p[i];
-    if (with_momentum) {
-      buf[i] = first ? d : mu * buf[i] + keep * d;
-      d = o.nesterov ? d + mu * buf[i] : buf[i];
-    }
-    p[i] -= rate * d;
-  }
+  simd::SGDConstants<T> c;
+  c.wd = static_cast<T>(o.weight_decay), c.mu = static_cast<T>(o.momentum);
+  c.keep = static_cast<T>(1 - o.dampening), c.rate = static_cast<T>(lr);
+  c.momentum = o.momentum != 0, c.first = step == 1, c.nesterov = o.nesterov;
+  // Shape-only chunks, each in vector lanes (optim/update_simd.h): the same bits for any thread count.
+  kernels::cpu::parallel_chunks(n, [&](int64_t lo, int64_t hi) {
+    simd::sgd_chunk(p + lo, g + lo, c.momentum ? buf + lo : nullptr, hi - lo, c);
+  });
 }
 
 template void sgd_update<float>(float*, const float*, float*, int64_t, const SGDOptions&, double, int64_t);

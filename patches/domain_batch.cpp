@@ -30,6 +30,14 @@ void check_one_sample_per_domain_group(const char* op, const ShardTensor& x, int
                 d, ") there with one sample per rank)");
 }
 
+namespace {
+thread_local int t_deferred_domain_sums = 0;  // open DeferDomainParamGradSums scopes on this thread
+}  // namespace
+
+DeferDomainParamGradSums::DeferDomainParamGradSums() { ++t_deferred_domain_sums; }
+DeferDomainParamGradSums::~DeferDomainParamGradSums() { --t_deferred_domain_sums; }
+bool domain_param_grad_sums_deferred() { return t_deferred_domain_sums > 0; }
+
 void reduce_batch_grads(const Mesh& mesh, const std::vector<Tensor>& params) {
   std::vector<int> axes;
   double ranks = 1;

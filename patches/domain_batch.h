@@ -23,6 +23,26 @@ namespace shardrt {
 // throws together without communicating.
 void check_one_sample_per_domain_group(const char* op, const ShardTensor& x, int batch_dim = 0);
 
+// ---- deferred domain sums of parameter grads ----
+// While one of these is alive on a thread, the patches recorded on that thread leave PARAMETER grads partial over
+// the domain axes: reduce_param_grads (patches/patch_util.h, the one place every patch's parameter-grad sum goes
+// through) skips its domain all_reduce and keeps only the batch share. Whoever opens the scope takes over the
+// domain sum, once per parameter, over the whole accumulated grad — the optimizer does it in buckets as the
+// grads become ready (Optimizer::defer_domain_grad_sums). The decision is made when an op is recorded (forward),
+// so the scope must cover the forward of the step, and every rank of a domain group must open it alike.
+// Off by default; scopes nest. A patch whose activation is replicated over a domain axis (a head after a global
+// pool) makes a whole contribution there: it enters divided by that axis' size, so the optimizer's sum restores it.
+// A parameter used by plain local ops outside any patch would be summed over the domain a second time, so under
+// this scope every use of a parameter must go through a patch — true of the bundled models.
+class DeferDomainParamGradSums {
+ public:
+  DeferDomainParamGradSums();
+  ~DeferDomainParamGradSums();
+  DeferDomainParamGradSums(const DeferDomainParamGradSums&) = delete;
+  DeferDomainParamGradSums& operator=(const DeferDomainParamGradSums&) = delete;
+};
+bool domain_param_grad_sums_deferred();
+
 // Completes parameter grads over the batch axes of `mesh`: each defined grad of `params` is replaced in place by
 // its mean over every batch axis of more than one rank (one packed all_reduce per axis, in >= f32, ledger label
 // "reduce_batch_grads"). The parameters with a defined grad must be the same, in the same order and shapes, on

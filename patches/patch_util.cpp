@@ -6,6 +6,7 @@
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
+#include "patches/domain_batch.h"
 #include "runtime/factories.h"
 
 namespace shardrt::patch {
@@ -143,7 +144,17 @@ double batch_share(const ShardSpec& spec) {
 }  // namespace
 
 std::vector<Tensor> reduce_param_grads(const char* op, const ShardSpec& x, const std::vector<Tensor>& params) {
-  return reduce_grads_over(op, x.mesh(), param_grad_axes(x), params, batch_share(x));
+  if (!domain_param_grad_sums_deferred()) return reduce_grads_over(op, x.mesh(), param_grad_axes(x), params, batch_share(x));
+  // Deferred (DeferDomainParamGradSums): the optimizer sums every parameter grad over every domain axis, once, so
+  // each contribution must be partial there. Where x is sharded it is (this rank's shard); where x is replicated
+  // over a domain axis the contribution is whole on each of its ranks, so it enters as 1/size of itself and the
+  // optimizer's sum makes it whole again.
+  double share = batch_share(x);
+  const std::vector<int> summed = param_grad_axes(x);
+  for (int m = 0; m < x.mesh().ndim(); ++m)
+    if (!x.mesh().is_batch_axis(m) && std::find(summed.begin(), summed.end(), m) == summed.end())
+      share /= static_cast<double>(x.mesh().shape()[m]);
+  return reduce_grads_over(op, x.mesh(), {}, params, share);
 }
 
 std::vector<Tensor> reduce_grads_over(const char* op, const Mesh& mesh, const std::vector<int>& axes,

@@ -24,7 +24,9 @@
 #include <numeric>
 
 #include "autograd/function.h"
+#include "patches/domain_batch.h"
 #include "patches/errors.h"
+#include "runtime/factories.h"
 #include "patches/shard_tensor.h"
 
 namespace shardrt {
@@ -163,6 +165,9 @@ struct HopCtx {
   int axis = 0;
   int from_dim = -1, to_dim = -1;  // the tensor dim sharded by this axis before / after, -1 if none
   std::vector<int64_t> from_ext, to_ext;
+  // Replicate -> Shard of a parameter over a domain axis while its domain sums are deferred (patches/domain_batch.h):
+  // the backward leaves the grad partial (this rank's window, zeros elsewhere) for the optimizer's one sum.
+  bool partial_param_grad = false;
 
   const Communicator& comm() const { return mesh.axis(mesh.axis_names()[axis]); }
   int coord() const { return mesh.coords()[axis]; }
@@ -186,6 +191,14 @@ std::vector<Tensor> gather_backward(HopCtx& ctx, const std::vector<Tensor>& g) {
 // Replicate -> Shard(d). The input is Replicate, so its grad must be complete on every rank: gather the windows.
 Tensor slice_forward(const HopCtx& ctx, const Tensor& x) { return slice_along(x, ctx.to_dim, ctx.to_ext, ctx.coord()); }
 std::vector<Tensor> slice_backward(HopCtx& ctx, const std::vector<Tensor>& g) {
+  if (ctx.partial_param_grad) {
+    // The deferred form: the same windows, summed once by the optimizer instead of gathered here.
+    Shape whole = g[0].shape();
+    whole[ctx.to_dim] = total(ctx.to_ext);
+    Tensor out = zeros(whole, {g[0].dtype(), g[0].device()});
+    out.narrow(ctx.to_dim, start_of(ctx.to_ext, ctx.coord()), ctx.to_ext[ctx.coord()]).copy_(g[0]);
+    return {out};
+  }
   AdjointScope scope(ctx);
   return {gather_along(ctx.comm(), g[0], ctx.to_dim, ctx.to_ext)};
 }
@@ -260,6 +273,8 @@ ShardTensor hop(const ShardTensor& t, int axis, const Placement& to, const std::
   auto scope = ctx.comm().ledger().scope("redistribute");
   const Transition& tr = transition(from, to);
   const Tensor& x = t.local();
+  ctx.partial_param_grad = from.is_replicate() && to.is_shard() && !t.mesh().is_batch_axis(axis) &&
+                           domain_param_grad_sums_deferred() && is_leaf(x) && requires_grad(x);
   Tensor y = tr.forward(ctx, x);
   y = record(tr.name, {x}, y, std::move(ctx), tr.backward);
   return ShardTensor(y, std::move(out_spec));

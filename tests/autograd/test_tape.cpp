@@ -203,3 +203,82 @@ TEST_CASE("backward runs nodes in exactly the reverse of their recording order",
   require_values(grad_of(a), {1, 1});
   require_values(grad_of(b), {1, 1});
 }
+
+// ---- leaf-grad-ready hook ------------------------------------------------------------------------------------
+
+namespace {
+// Which of `leaves` a hook call is about, and that leaf's grad at the moment of the call.
+struct ReadyCall {
+  int leaf;
+  Vec grad;
+};
+LeafGradReadyHook::Callback recorder(const std::vector<Tensor>& leaves, std::vector<ReadyCall>& calls) {
+  return [&leaves, &calls](AutogradMeta& m) {
+    int which = -1;
+    for (size_t i = 0; i < leaves.size(); ++i)
+      if (leaves[i].autograd_meta().get() == &m) which = static_cast<int>(i);
+    calls.push_back({which, m.grad.defined() ? m.grad.to_vector() : Vec{}});
+  };
+}
+}  // namespace
+
+TEST_CASE("leaf-grad-ready hook: once per leaf, in readiness order, only after the last contribution", "[tape]") {
+  // loss = sum((a * b) * c + a): backward runs sum, add (a's first grad), the outer mul (c final), then the inner
+  // mul (a's second grad: a and b final), so the order is c, a, b and a is announced only with both grads in.
+  Tensor a = leaf({1, 2}), b = leaf({3, 4}), c = leaf({5, 6});
+  Tensor k = from_vector({7, 8}, {2}, kF64);  // a constant: never announced
+  const std::vector<Tensor> leaves = {a, b, c};
+  std::vector<ReadyCall> calls;
+  {
+    LeafGradReadyHook hook(recorder(leaves, calls));
+    backward(sum(add(mul(mul(mul(a, b), c), k), a)));
+  }
+  REQUIRE(calls.size() == 3);
+  CHECK(calls[0].leaf == 2);
+  CHECK(calls[1].leaf == 0);
+  CHECK(calls[2].leaf == 1);
+  require_close(calls[0].grad, {1 * 3 * 7, 2 * 4 * 8}, 0);         // dc = a b k
+  require_close(calls[1].grad, {3 * 5 * 7 + 1, 4 * 6 * 8 + 1}, 0); // da = b c k + 1: both contributions in
+  require_close(calls[2].grad, {1 * 5 * 7, 2 * 6 * 8}, 0);         // db = a c k
+  // Each announced grad is the final one.
+  for (const ReadyCall& r : calls) require_close(r.grad, grad_of(leaves[r.leaf]).to_vector(), 0);
+
+  // Gone with its scope: another backward calls nothing.
+  backward(sum(mul(a, b)));
+  CHECK(calls.size() == 3);
+}
+
+TEST_CASE("leaf-grad-ready hook: a leaf used twice by one node, root leaves, and two hooks in order", "[tape]") {
+  Tensor x = leaf({1.5}), r = leaf({2, 3});
+  const std::vector<Tensor> leaves = {x, r};
+  std::vector<ReadyCall> first, second;
+  std::vector<int> order;  // 1 and 2 per call, to see that the hooks run in the order they were made
+  LeafGradReadyHook h1([&](AutogradMeta& m) {
+    recorder(leaves, first)(m);
+    order.push_back(1);
+  });
+  LeafGradReadyHook h2([&](AutogradMeta& m) {
+    recorder(leaves, second)(m);
+    order.push_back(2);
+  });
+  backward(sum(mul(x, x)));  // one node, two edges into x: announced once, after both
+  REQUIRE(first.size() == 1);
+  CHECK(first[0].leaf == 0);
+  require_close(first[0].grad, {3.0}, 0);
+  CHECK(order == std::vector<int>{1, 2});
+  // A leaf root is final as soon as it is seeded.
+  backward(r, from_vector({0.5, -1}, {2}, kF64));
+  REQUIRE(first.size() == 2);
+  CHECK(first[1].leaf == 1);
+  require_close(first[1].grad, {0.5, -1}, 0);
+  CHECK(second.size() == 2);
+  // A leaf that is a root and also fed by a node: announced once, after the node's grad.
+  Tensor z = leaf({4});
+  const std::vector<Tensor> zs = {z};
+  std::vector<ReadyCall> zcalls;
+  LeafGradReadyHook hz(recorder(zs, zcalls));
+  Tensor y = mul_scalar(z, 3.0);
+  backward({z, y}, {from_vector({1}, {1}, kF64), from_vector({1}, {1}, kF64)});
+  REQUIRE(zcalls.size() == 1);
+  require_close(zcalls[0].grad, {4.0}, 0);
+}

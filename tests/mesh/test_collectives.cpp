@@ -241,4 +241,36 @@ TEST_CASE("collectives: all_gather_async and reduce_scatter_async (and _v) give 
   // Bad arguments are the blocking call's typed errors, raised before anything is sent.
   CHECK_THROWS_AS(c.all_gather_async(Tensor::empty({3}), Tensor::empty({3 * p + 1})), ShapeError);
   CHECK_THROWS_AS(c.reduce_scatter_async(Tensor::empty({2 * p}), Tensor::empty({2}, DType::f64)), DTypeError);
+TEST_CASE("collectives: all_reduce_async, several in flight at once, completes like all_reduce", "[mesh][collectives]") {
+  const auto& c = world();
+  const int p = c.size(), r = c.rank();
+  c.ledger().reset();
+  // Three buffers started back to back (f64 sum, f32 max, bf16 sum with f32 accumulation), waited in reverse.
+  Tensor a = tensor_of(gen_vec(r, 37), DType::f64), b = tensor_of(gen_vec(r + 11, 5), DType::f32);
+  Tensor h = tensor_of(std::vector<double>(4, r == 0 ? 256.0 : 1.0), DType::bf16);
+  CommHandle ha = c.all_reduce_async(a), hb = c.all_reduce_async(b, ReduceOp::max);
+  CommHandle hh = c.all_reduce_async(h, ReduceOp::sum, Accumulate::f32);
+  hh.wait();
+  hb.wait();
+  ha.wait();
+  CHECK_FALSE(ha.pending());
+  std::vector<double> want_a(37), want_b(5);
+  for (int64_t i = 0; i < 37; ++i) {
+    std::vector<double> xs;
+    for (int s = 0; s < p; ++s) xs.push_back(gen(s, i));
+    want_a[static_cast<std::size_t>(i)] = reduce_ref(ReduceOp::sum, xs);
+  }
+  for (int64_t i = 0; i < 5; ++i) {
+    std::vector<double> xs;
+    for (int s = 0; s < p; ++s) xs.push_back(gen(s + 11, i));
+    want_b[static_cast<std::size_t>(i)] = reduce_ref(ReduceOp::max, xs);
+  }
+  CHECK_VALUES(a, want_a);
+  CHECK_VALUES(b, want_b);
+  // 256 + (p - 1) ones: in f32 exact, then rounded once to bf16 (spacing 2 above 256).
+  const double exact = 256.0 + (p - 1);
+  CHECK(h.to_vector() == std::vector<double>(4, bf16_to_float(float_to_bf16(static_cast<float>(exact)))));
+  // Counted like the blocking calls, at issue: 3 all_reduces, bf16 counted at its f32 width.
+  CHECK(c.ledger().calls("", "all_reduce", c.axis()) == 3);
+  CHECK(c.ledger().bytes("", "all_reduce", c.axis()) == (37 * 8 + 5 * 4 + 4 * 4) * (p - 1));
 }

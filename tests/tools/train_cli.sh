@@ -3,8 +3,8 @@
 #   1. the same 4 optimizer steps (batch 2) under mpiexec -n 1 (1x1: two micro-batches accumulated), -n 2 (1x2: the
 #      points over domain) and -n 4 (2x2) give the same loss at every step (to 1e-10 relative) and the same
 #      validation relative L2;
-#   2. 2 steps + checkpoint, then --resume for 2 more, equals the uninterrupted 4 steps bit for bit (the CSV's
-#      %.17g losses), on 2x2;
+#   2. 5 steps + checkpoint, then a new process with --resume for 5 more, equals the uninterrupted 10 steps bit for
+#      bit: every tensor of the two final checkpoints (parameters and optimizer state) and the CSV's %.17g losses, 2x2;
 #   3. a misspelt config key stops every rank with the same message and a non-zero exit;
 #   4. the CSV, the loss plot and the panel are written.
 #   train_cli.sh GEN TRAIN MPIEXEC
@@ -88,17 +88,52 @@ if mpi 2 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/nan" --set m
 fi
 grep -q "the loss is .* at step" "$dir/nan.err" || fail "no non-finite loss message: $(cat "$dir/nan.err")"
 
-# 2. Stopped after step 2 (as a job out of time would be) and resumed: the same bits as the uninterrupted run.
+# 2. Bit-identical resume in a new process: 10 steps in one run equal 5 steps + checkpoint, then a NEW process that
+#    loads it (--resume) and runs 5 more — every parameter and optimizer-state tensor of the two final checkpoints
+#    bit for bit (compare_checkpoints below: the saved tensors, not printed losses), and the CSV's losses too; 2x2.
+mpi 4 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/u10" --set mesh.ddp=2 --set mesh.domain=2 \
+    --set steps=10 --set validation.every=0 >/dev/null
 mpi 4 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/r" --set mesh.ddp=2 --set mesh.domain=2 \
-    --stop-after 2 >"$dir/r1.log"
-grep -q "stopped after step 2" "$dir/r1.log" || fail "no stop message: $(cat "$dir/r1.log")"
+    --set steps=10 --set validation.every=0 --stop-after 5 >"$dir/r1.log"
+grep -q "stopped after step 5" "$dir/r1.log" || fail "no stop message: $(cat "$dir/r1.log")"
 mpi 4 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/r" --set mesh.ddp=2 --set mesh.domain=2 \
-    --resume >"$dir/r2.log"
-grep -q "resumed at step 2" "$dir/r2.log" || fail "no resume message: $(cat "$dir/r2.log")"
-cut -d, -f1-4,8 "$dir/m4/metrics.csv" >"$dir/whole"
-cut -d, -f1-4,8 "$dir/r/metrics.csv" >"$dir/resumed"
-cmp -s "$dir/whole" "$dir/resumed" || fail "resumed run differs from the uninterrupted one:
+    --set steps=10 --set validation.every=0 --resume >"$dir/r2.log"
+grep -q "resumed at step 5" "$dir/r2.log" || fail "no resume message: $(cat "$dir/r2.log")"
+cut -d, -f1-4 "$dir/u10/metrics.csv" >"$dir/whole"
+cut -d, -f1-4 "$dir/r/metrics.csv" >"$dir/resumed"
+cmp -s "$dir/whole" "$dir/resumed" || fail "resumed run's losses differ from the uninterrupted one:
 $(paste -d'|' "$dir/whole" "$dir/resumed")"
+python3 - "$dir/u10/checkpoint" "$dir/r/checkpoint" <<'PY'
+# Every saved piece (parameters, exp_avg, exp_avg_sq, the normaliser) of the two checkpoints, byte for byte, read
+# straight from the safetensors files the index names; and the same state (step counters, loader position).
+import json, os, struct, sys
+def pieces(d):
+    index = json.load(open(os.path.join(d, "index.json")))
+    out = {}
+    for f in sorted(x for x in os.listdir(d) if x.endswith(".safetensors")):
+        raw = open(os.path.join(d, f), "rb").read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        header = json.loads(raw[8:8 + n])
+        for key, t in header.items():
+            if key == "__metadata__":
+                continue
+            lo, hi = t["data_offsets"]
+            out[key] = (t["dtype"], raw[8 + n + lo:8 + n + hi])
+    return index, out
+(ia, a), (ib, b) = pieces(sys.argv[1]), pieces(sys.argv[2])
+if ia["state"] != ib["state"]:
+    sys.exit(f"train_cli: checkpoint states differ: {ia['state']} vs {ib['state']}")
+if sorted(a) != sorted(b):
+    sys.exit(f"train_cli: the checkpoints hold different pieces: {sorted(set(a) ^ set(b))}")
+kinds = {k.split(".")[0] for k in a}
+for want in ("param", "exp_avg", "exp_avg_sq"):
+    if want not in kinds:
+        sys.exit(f"train_cli: no {want} tensors in the checkpoint: {sorted(kinds)}")
+differ = [k for k in a if a[k] != b[k]]
+if differ:
+    sys.exit(f"train_cli: {len(differ)} of {len(a)} saved tensors differ after resume, e.g. {differ[:3]}")
+print(f"resume: 10 steps == 5 + new process + 5, {len(a)} saved tensors bit for bit (step {ia['state']['step']})")
+PY
 
 # 3. A misspelt key: every rank refuses it with one message, and the job fails.
 if mpi 4 "$train" --config "$dir/tiny.json" --set optimizer.lrr=1 >"$dir/bad.out" 2>"$dir/bad.err"; then
