@@ -241,6 +241,8 @@ TEST_CASE("collectives: all_gather_async and reduce_scatter_async (and _v) give 
   // Bad arguments are the blocking call's typed errors, raised before anything is sent.
   CHECK_THROWS_AS(c.all_gather_async(Tensor::empty({3}), Tensor::empty({3 * p + 1})), ShapeError);
   CHECK_THROWS_AS(c.reduce_scatter_async(Tensor::empty({2 * p}), Tensor::empty({2}, DType::f64)), DTypeError);
+}
+
 TEST_CASE("collectives: all_reduce_async, several in flight at once, completes like all_reduce", "[mesh][collectives]") {
   const auto& c = world();
   const int p = c.size(), r = c.rank();
