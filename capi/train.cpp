@@ -5,6 +5,8 @@
 #include "autograd/engine.h"
 #include "autograd/tape.h"
 #include "capi/objects.h"
+#include "models/losses.h"
+#include "optim/optimizer_json.h"
 #include "patches/ops.h"
 #include "runtime/errors.h"
 
@@ -17,15 +19,9 @@ using nlohmann::json;
 // The keys a document may hold: shardrt-train's optimizer and schedule sections (docs/training.md) with its
 // defaults, plus the loss, the run's length (for schedules that span it) and the micro-batches per update.
 json default_optimizer_document() {
-  return json::parse(R"({
-    "optimizer": {"algorithm": "adamw", "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 1e-4,
-                  "momentum": 0.0, "nesterov": false, "muon_lr": 0.02, "mode": "replicated", "max_grad_norm": 0.0},
-    "schedule": {"kind": "constant", "warmup_steps": 0, "start_factor": 0.01, "min_factor": 0.0, "step_size": 1,
-                 "gamma": 0.1, "pct_start": 0.3, "div_factor": 25.0, "final_div_factor": 10000.0},
-    "loss": {"kind": "mse"},
-    "steps": 0,
-    "accumulation_steps": 1
-  })");
+  json doc = json::parse(R"({"loss": {"kind": "mse"}, "steps": 0, "accumulation_steps": 1})");
+  doc.update(optim::default_optimizer_json());  // the "optimizer" and "schedule" sections, as shardrt-train's
+  return doc;
 }
 
 // Merges `src` into `dst`: every key must exist in `dst` with a value of its JSON kind.
@@ -50,20 +46,6 @@ void merge_checked(json& dst, const json& src, const std::string& where, const c
   }
 }
 
-std::shared_ptr<optim::Schedule> make_schedule(const json& s, int64_t total, const char* fn) {
-  const std::string kind = s["kind"].get<std::string>();
-  if (kind == "constant") return optim::constant_schedule();
-  if (kind == "step") return optim::step_schedule(s["step_size"].get<int64_t>(), s["gamma"].get<double>());
-  SHARDRT_CHECK(kind == "warmup_cosine" || kind == "one_cycle", ValueError, fn, ": schedule.kind '", kind,
-                "' is not one of constant, warmup_cosine, step, one_cycle");
-  SHARDRT_CHECK(total > 0, ValueError, fn, ": schedule ", kind, " spans the run: set \"steps\" to its length");
-  if (kind == "warmup_cosine")
-    return optim::warmup_cosine_schedule(s["warmup_steps"].get<int64_t>(), total, s["start_factor"].get<double>(),
-                                         s["min_factor"].get<double>());
-  return optim::one_cycle_schedule(total, s["pct_start"].get<double>(), s["div_factor"].get<double>(),
-                                   s["final_div_factor"].get<double>());
-}
-
 struct ParsedOptimizer {
   optim::OptimizerConfig config;
   LossKind loss = LossKind::mse;
@@ -74,62 +56,16 @@ ParsedOptimizer parse_optimizer(const json& given, const char* fn) {
   merge_checked(doc, given, "", fn);
   ParsedOptimizer p;
   optim::OptimizerConfig& c = p.config;
-  const json& o = doc["optimizer"];
-  c.algorithm = optim::parse_algorithm(o["algorithm"].get<std::string>());
-  SHARDRT_CHECK(o["betas"].is_array() && o["betas"].size() == 2, ValueError, fn,
-                ": optimizer.betas must be [beta1, beta2], got ", o["betas"].dump());
-  const double lr = o["lr"].get<double>();
-  c.adamw.lr = lr;
-  c.adamw.beta1 = o["betas"][0].get<double>();
-  c.adamw.beta2 = o["betas"][1].get<double>();
-  c.adamw.eps = o["eps"].get<double>();
-  c.adamw.weight_decay = o["weight_decay"].get<double>();
-  c.sgd.lr = lr;
-  c.sgd.momentum = o["momentum"].get<double>();
-  c.sgd.nesterov = o["nesterov"].get<bool>();
-  c.sgd.weight_decay = o["weight_decay"].get<double>();
-  c.muon.lr = o["muon_lr"].get<double>();
-  c.mode = optim::parse_sharding_mode(o["mode"].get<std::string>());
-  c.max_grad_norm = o["max_grad_norm"].get<double>();
+  c = optim::optimizer_config_from_json(doc["optimizer"], fn);
   const int64_t acc = doc["accumulation_steps"].get<int64_t>();
   SHARDRT_CHECK(acc >= 1, ValueError, fn, ": accumulation_steps ", acc, " must be >= 1");
   c.accumulation_steps = static_cast<int>(acc);
-  c.schedule = make_schedule(doc["schedule"], doc["steps"].get<int64_t>(), fn);
+  c.schedule = optim::schedule_from_json(doc["schedule"], doc["steps"].get<int64_t>(), fn);
   const std::string loss = doc["loss"]["kind"].get<std::string>();
   SHARDRT_CHECK(loss == "mse" || loss == "relative_l2", ValueError, fn, ": loss.kind '", loss,
                 "' is not one of mse, relative_l2");
   p.loss = loss == "mse" ? LossKind::mse : LossKind::relative_l2;
   return p;
-}
-
-// Per sample: the sum over every point (dims 1..), completed over the domain axis, so the result is (B,) placed
-// like the samples.
-ShardTensor per_sample_sum(const ShardTensor& x) {
-  std::vector<int> dims;
-  for (int i = 1; i < x.dim(); ++i) dims.push_back(i);
-  const ShardTensor partial = sum(x, dims);
-  Placements whole = partial.placements();
-  for (Placement& q : whole)
-    if (q.is_partial()) q = Placement::Replicate();
-  return redistribute(partial, whole);
-}
-
-// mean over the global batch of ||p_b - t_b|| / ||t_b|| (shardrt-train's relative_l2, PhysicsNeMo's LpLoss). The
-// batch mean goes through mse_loss(sqrt(s_b), 0), the loss patch that owns the ddp scaling of the grads.
-ShardTensor relative_l2(const ShardTensor& pred, const ShardTensor& target) {
-  const ShardTensor d = sub(pred, target);
-  ShardTensor den;
-  {
-    NoGradGuard no_grad;
-    den = per_sample_sum(mul(target, target));
-  }
-  const ShardTensor per_sample = sqrt(div(per_sample_sum(mul(d, d)), den));
-  ShardTensor zero;
-  {
-    NoGradGuard no_grad;
-    zero = mul_scalar(per_sample, 0.0);
-  }
-  return mse_loss(sqrt(per_sample), zero);
 }
 
 }  // namespace
@@ -203,7 +139,7 @@ shardrt_status shardrt_train_step(shardrt_optimizer opt, shardrt_sharded target,
         NoGradGuard no_grad;
         tgt = redistribute(tgt, pred.spec());
       }
-      const ShardTensor loss = o->loss == LossKind::mse ? mse_loss(pred, tgt) : relative_l2(pred, tgt);
+      const ShardTensor loss = o->loss == LossKind::mse ? mse_loss(pred, tgt) : models::per_sample_relative_l2_loss(pred, tgt);
       backward(loss.local());
       loss_value = loss.local().item();  // Replicate: the same on every rank
       o->opt->step();

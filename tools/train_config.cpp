@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "optim/optimizer_json.h"
 #include "runtime/errors.h"
 
 namespace shardrt::tools {
@@ -10,13 +11,9 @@ namespace shardrt::tools {
 using nlohmann::json;
 
 json default_train_document() {
-  return json::parse(R"({
+  json doc = json::parse(R"({
     "model": {"kind": "flare", "args": {}, "seed": 0},
     "precision": "f32",
-    "optimizer": {"algorithm": "adamw", "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 1e-4,
-                  "momentum": 0.0, "nesterov": false, "muon_lr": 0.02, "mode": "replicated", "max_grad_norm": 0.0},
-    "schedule": {"kind": "constant", "warmup_steps": 0, "start_factor": 0.01, "min_factor": 0.0, "step_size": 1,
-                 "gamma": 0.1, "pct_start": 0.3, "div_factor": 25.0, "final_div_factor": 10000.0},
     "loss": {"kind": "relative_l2", "huber_delta": 1.0},
     "data": {"train": "", "val": "", "batch_size": 1, "shuffle": true, "seed": 0, "normalize": true},
     "mesh": {"ddp": 1, "domain": 1},
@@ -25,6 +22,8 @@ json default_train_document() {
     "validation": {"every": 0, "samples": 0},
     "checkpoint": {"dir": "", "every": 0}
   })");
+  doc.update(optim::default_optimizer_json());  // "optimizer" and "schedule", as the C API takes them too
+  return doc;
 }
 
 namespace {
@@ -104,20 +103,6 @@ const char* loss_name(LossKind k) {
   return "?";
 }
 
-std::shared_ptr<optim::Schedule> make_schedule(const json& s, int64_t total_steps) {
-  const std::string kind = s.at("kind").get<std::string>();
-  if (kind == "constant") return optim::constant_schedule();
-  if (kind == "warmup_cosine")
-    return optim::warmup_cosine_schedule(s.at("warmup_steps").get<int64_t>(), total_steps,
-                                         s.at("start_factor").get<double>(), s.at("min_factor").get<double>());
-  if (kind == "step") return optim::step_schedule(s.at("step_size").get<int64_t>(), s.at("gamma").get<double>());
-  if (kind == "one_cycle")
-    return optim::one_cycle_schedule(total_steps, s.at("pct_start").get<double>(), s.at("div_factor").get<double>(),
-                                     s.at("final_div_factor").get<double>());
-  throw ValueError("shardrt-train: schedule.kind '" + kind +
-                   "' is not one of constant, warmup_cosine, step, one_cycle");
-}
-
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
   json doc = default_train_document();
   if (!path.empty()) {
@@ -144,22 +129,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.dtype = precision == "f64" ? DType::f64 : DType::f32;
 
   const json& o = doc["optimizer"];
-  c.optimizer.algorithm = optim::parse_algorithm(o["algorithm"].get<std::string>());
+  c.optimizer = optim::optimizer_config_from_json(o, "shardrt-train");
   c.base_lr = o["lr"].get<double>();
-  SHARDRT_CHECK(o["betas"].is_array() && o["betas"].size() == 2, ValueError,
-                "shardrt-train: optimizer.betas must be [beta1, beta2], got ", o["betas"].dump());
-  c.optimizer.adamw.lr = c.base_lr;
-  c.optimizer.adamw.beta1 = o["betas"][0].get<double>();
-  c.optimizer.adamw.beta2 = o["betas"][1].get<double>();
-  c.optimizer.adamw.eps = o["eps"].get<double>();
-  c.optimizer.adamw.weight_decay = o["weight_decay"].get<double>();
-  c.optimizer.sgd.lr = c.base_lr;
-  c.optimizer.sgd.momentum = o["momentum"].get<double>();
-  c.optimizer.sgd.nesterov = o["nesterov"].get<bool>();
-  c.optimizer.sgd.weight_decay = o["weight_decay"].get<double>();
-  c.optimizer.muon.lr = o["muon_lr"].get<double>();
-  c.optimizer.mode = optim::parse_sharding_mode(o["mode"].get<std::string>());
-  c.optimizer.max_grad_norm = o["max_grad_norm"].get<double>();
   c.schedule = doc["schedule"];
 
   const std::string loss = doc["loss"]["kind"].get<std::string>();

@@ -64,7 +64,4 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
 
 const char* loss_name(LossKind k);
 
-// The schedule of `config.schedule` over `total_steps` optimizer steps (ValueError for an unknown kind).
-std::shared_ptr<optim::Schedule> make_schedule(const nlohmann::json& schedule, int64_t total_steps);
-
 }  // namespace shardrt::tools

@@ -18,6 +18,7 @@
 #include "mesh/agree.h"
 #include "mesh/mesh.h"
 #include "models/model.h"
+#include "optim/optimizer_json.h"
 #include "optim/checkpoint.h"
 #include "optim/optimizer.h"
 #include "patches/ops.h"
@@ -194,7 +195,7 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
   agree_or_throw<ValueError>(mesh.flat(), total > 0,
                              "shardrt-train: epochs " + std::to_string(c.epochs) + " of " +
                                  std::to_string(batches_per_epoch / micro) + " steps make no step; raise epochs");
-  oc.schedule = agreed(mesh, [&] { return make_schedule(c.schedule, total); });
+  oc.schedule = agreed(mesh, [&] { return optim::schedule_from_json(c.schedule, total, "shardrt-train"); });
   optim::Optimizer opt(mesh, *model, oc);
 
   Resumed resumed;

@@ -1,0 +1,52 @@
+#include "optim/optimizer_json.h"
+
+#include "runtime/errors.h"
+
+namespace shardrt::optim {
+
+using nlohmann::json;
+
+json default_optimizer_json() {
+  return json::parse(R"({
+    "optimizer": {"algorithm": "adamw", "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 1e-4,
+                  "momentum": 0.0, "nesterov": false, "muon_lr": 0.02, "mode": "replicated", "max_grad_norm": 0.0},
+    "schedule": {"kind": "constant", "warmup_steps": 0, "start_factor": 0.01, "min_factor": 0.0, "step_size": 1,
+                 "gamma": 0.1, "pct_start": 0.3, "div_factor": 25.0, "final_div_factor": 10000.0}
+  })");
+}
+
+OptimizerConfig optimizer_config_from_json(const json& o, const std::string& who) {
+  OptimizerConfig c;
+  c.algorithm = parse_algorithm(o.at("algorithm").get<std::string>());
+  SHARDRT_CHECK(o.at("betas").is_array() && o["betas"].size() == 2, ValueError, who,
+                ": optimizer.betas must be [beta1, beta2], got ", o["betas"].dump());
+  const double lr = o.at("lr").get<double>();
+  c.adamw.lr = lr;
+  c.adamw.beta1 = o["betas"][0].get<double>();
+  c.adamw.beta2 = o["betas"][1].get<double>();
+  c.adamw.eps = o.at("eps").get<double>();
+  c.adamw.weight_decay = o.at("weight_decay").get<double>();
+  c.sgd.lr = lr;  // one rate for whichever rule runs (Muon's matrices have their own)
+  c.sgd.momentum = o.at("momentum").get<double>();
+  c.sgd.nesterov = o.at("nesterov").get<bool>();
+  c.sgd.weight_decay = c.adamw.weight_decay;
+  c.muon.lr = o.at("muon_lr").get<double>();
+  c.mode = parse_sharding_mode(o.at("mode").get<std::string>());
+  c.max_grad_norm = o.at("max_grad_norm").get<double>();
+  return c;
+}
+
+std::shared_ptr<Schedule> schedule_from_json(const json& s, int64_t total_steps, const std::string& who) {
+  const std::string kind = s.at("kind").get<std::string>();
+  if (kind == "constant") return constant_schedule();
+  if (kind == "warmup_cosine")
+    return warmup_cosine_schedule(s.at("warmup_steps").get<int64_t>(), total_steps, s.at("start_factor").get<double>(),
+                                  s.at("min_factor").get<double>());
+  if (kind == "step") return step_schedule(s.at("step_size").get<int64_t>(), s.at("gamma").get<double>());
+  if (kind == "one_cycle")
+    return one_cycle_schedule(total_steps, s.at("pct_start").get<double>(), s.at("div_factor").get<double>(),
+                              s.at("final_div_factor").get<double>());
+  throw ValueError(who + ": schedule.kind '" + kind + "' is not one of constant, warmup_cosine, step, one_cycle");
+}
+
+}  // namespace shardrt::optim

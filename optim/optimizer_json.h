@@ -1,0 +1,28 @@
+// The "optimizer" and "schedule" sections of a JSON config, as shardrt-train's config files and the C API's
+// optimizer documents both write them (docs/training.md): one reader, so the two front ends cannot drift apart.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+
+namespace shardrt::optim {
+
+// {"optimizer": {...}, "schedule": {...}}: every key the two sections take, with its default (a front end merges
+// the user's keys over these, refusing unknown ones).
+nlohmann::json default_optimizer_json();
+
+// An "optimizer" section with every key present (merged over the defaults) -> the config's algorithm, rates,
+// betas, eps, weight decay, momentum / Nesterov, Muon's rate, sharding mode and clipping norm. Accumulation and the
+// schedule are the caller's. ValueError naming `who` for a bad algorithm, mode or betas.
+OptimizerConfig optimizer_config_from_json(const nlohmann::json& optimizer, const std::string& who);
+
+// A "schedule" section with every key present -> the schedule (constant, warmup_cosine, step, one_cycle);
+// `total_steps` is the run's length, for the schedules that span it. ValueError naming `who` for another kind.
+std::shared_ptr<Schedule> schedule_from_json(const nlohmann::json& schedule, int64_t total_steps,
+                                             const std::string& who);
+
+}  // namespace shardrt::optim
