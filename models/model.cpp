@@ -35,6 +35,17 @@ void check_input_names(const Model& model, const std::map<std::string, ShardTens
   for (const ModelInput& in : known)
     SHARDRT_CHECK(!in.required || inputs.count(in.name), ValueError, model.kind(), ": the required input '", in.name,
                   "' ", in.shape, " is missing; its inputs are", list.str());
+  // A floating input in another dtype than the parameters would fail deep inside the first op that meets both
+  // ("conv: dtypes differ"); say so here, in the model's words. (Undefined entries are name-only probes.)
+  const std::vector<Tensor> params = model.parameters();
+  if (params.empty()) return;
+  const DType want = params.front().dtype();
+  for (const auto& [name, t] : inputs) {
+    if (!t.defined() || !is_floating(t.dtype())) continue;
+    SHARDRT_CHECK(t.dtype() == want, DTypeError, model.kind(), ": input '", name, "' ", shape_str(t.global_shape()),
+                  " is ", dtype_name(t.dtype()), " but the model's parameters are ", dtype_name(want),
+                  "; convert the input to ", dtype_name(want), " (or build the model in ", dtype_name(t.dtype()), ")");
+  }
 }
 
 }  // namespace shardrt::models

@@ -68,7 +68,8 @@ struct SampleDomainAxes {
 SampleDomainAxes sample_domain_axes(const Mesh& mesh);
 
 // Checks that `inputs` holds exactly the model's inputs: each required one present, none unknown (ValueError naming
-// the name and the model's inputs).
+// the name and the model's inputs), and that every defined floating input has the parameters' dtype (DTypeError
+// naming the model, the input and both dtypes).
 void check_input_names(const Model& model, const std::map<std::string, ShardTensor>& inputs);
 
 }  // namespace shardrt::models

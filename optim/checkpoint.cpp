@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstring>
 #include <random>
 #include <set>
 #include <utility>
 
 #include "mesh/agree.h"
+#include "optim/checkpoint_check.h"
 #include "optim/checkpoint_files.h"
 #include "optim/checkpoint_index.h"
 #include "runtime/errors.h"
@@ -353,6 +355,33 @@ void save_checkpoint(const Mesh& mesh, const std::string& dir_arg, const Checkpo
     abandon();
     throw;
   }
+}
+
+void check_checkpoint_writable(const Mesh& mesh, const std::string& dir_arg) {
+  const Communicator& comm = mesh.flat();
+  const std::string dir = fs::normalized(dir_arg);
+  const std::string nonce = make_nonce(comm);
+  agreed_step<IoError>(comm, [&] {
+    if (comm.rank() != 0) return;
+    SHARDRT_CHECK(!dir.empty(), IoError, "check_checkpoint_writable: the checkpoint path is empty");
+    const std::string staging = dir + ".tmp-" + nonce;
+    try {
+      std::error_code ec;
+      std::filesystem::create_directories(fs::parent_of(dir), ec);
+      if (ec) throw IoError(detail::concat("cannot create its parent '", fs::parent_of(dir), "': ", ec.message()));
+      check_replaceable(dir);
+      fs::make_directory(staging);
+      fs::write_file_durably(staging + "/probe", "shardrt checkpoint write check\n");
+      fs::remove_tree(staging);
+    } catch (const Error& e) {
+      fs::remove_tree(staging);
+      // The reason alone: the agreed error names the kind and the rank once.
+      std::string reason = without_kind(e);
+      if (reason.starts_with("on rank ")) reason = reason.substr(reason.find(": ") + 2);
+      throw IoError(detail::concat("the checkpoint directory '", dir, "' cannot be written: ", reason,
+                                   "; choose a writable checkpoint directory (checked before any training step)"));
+    }
+  });
 }
 
 LoadedCheckpoint load_checkpoint(const Mesh& mesh, const std::string& dir_arg, const std::vector<RangeRequest>& requests) {

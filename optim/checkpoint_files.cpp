@@ -12,12 +12,13 @@
 #include <system_error>
 
 #include "runtime/errors.h"
+#include "runtime/io_errors.h"
 
 namespace shardrt::checkpoint_files {
 
 namespace {
 
-std::string errno_text() { return std::system_category().message(errno); }
+std::string errno_text() { return errno_message(errno); }
 
 template <typename... Args>
 [[noreturn]] void fail(const std::string& path, const Args&... args) {

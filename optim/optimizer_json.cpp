@@ -15,10 +15,38 @@ json default_optimizer_json() {
   })");
 }
 
+namespace {
+
+// A section handed in directly (a C++ caller, not a front end that merged it over the defaults) must still hold
+// exactly the defaults' keys, each of the default's JSON type: a missing key, a misspelt one or a string where a
+// number belongs is a ValueError naming the key, never a JSON library exception or a silently ignored setting.
+void check_section(const json& got, const std::string& section, const std::string& who) {
+  const json defaults = default_optimizer_json().at(section);
+  std::string keys;
+  for (auto it = defaults.begin(); it != defaults.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
+  SHARDRT_CHECK(got.is_object(), ValueError, who, ": the '", section, "' section must be a JSON object, got ",
+                got.dump());
+  for (auto it = got.begin(); it != got.end(); ++it)
+    SHARDRT_CHECK(defaults.contains(it.key()), ValueError, who, ": unknown key '", section, ".", it.key(),
+                  "'; the keys of '", section, "' are: ", keys);
+  for (auto it = defaults.begin(); it != defaults.end(); ++it) {
+    SHARDRT_CHECK(got.contains(it.key()), ValueError, who, ": the key '", section, ".", it.key(),
+                  "' is missing (merge the section over default_optimizer_json(); its default is ", it->dump(), ")");
+    const json& v = got.at(it.key());
+    const bool same = it->is_number() ? v.is_number() : v.type() == it->type();
+    SHARDRT_CHECK(same, ValueError, who, ": '", section, ".", it.key(), "' is ", v.dump(), " but must be a ",
+                  it->type_name(), " (like the default ", it->dump(), ")");
+  }
+}
+
+}  // namespace
+
 OptimizerConfig optimizer_config_from_json(const json& o, const std::string& who) {
+  check_section(o, "optimizer", who);
   OptimizerConfig c;
   c.algorithm = parse_algorithm(o.at("algorithm").get<std::string>());
-  SHARDRT_CHECK(o.at("betas").is_array() && o["betas"].size() == 2, ValueError, who,
+  SHARDRT_CHECK(o.at("betas").is_array() && o["betas"].size() == 2 && o["betas"][0].is_number() &&
+                    o["betas"][1].is_number(), ValueError, who,
                 ": optimizer.betas must be [beta1, beta2], got ", o["betas"].dump());
   const double lr = o.at("lr").get<double>();
   c.adamw.lr = lr;
@@ -37,6 +65,7 @@ OptimizerConfig optimizer_config_from_json(const json& o, const std::string& who
 }
 
 std::shared_ptr<Schedule> schedule_from_json(const json& s, int64_t total_steps, const std::string& who) {
+  check_section(s, "schedule", who);
   const std::string kind = s.at("kind").get<std::string>();
   if (kind == "constant") return constant_schedule();
   if (kind == "warmup_cosine")

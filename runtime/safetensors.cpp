@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "runtime/errors.h"
+#include "runtime/io_errors.h"
 
 namespace shardrt {
 
@@ -57,7 +58,7 @@ std::optional<DType> dtype_from_safetensors_name(std::string_view name) {
   return std::nullopt;
 }
 
-std::string errno_text() { return std::system_category().message(errno); }
+std::string errno_text() { return errno_message(errno); }
 
 template <typename... Args>
 [[noreturn]] void load_error(const std::string& path, const Args&... args) {

@@ -20,6 +20,7 @@
 #include "models/model.h"
 #include "optim/optimizer_json.h"
 #include "optim/checkpoint.h"
+#include "optim/checkpoint_check.h"
 #include "optim/optimizer.h"
 #include "patches/ops.h"
 #include "patches/shard_tensor.h"
@@ -179,7 +180,12 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
                                  " or --set mesh.ddp=D --set mesh.domain=N with D x N = " + std::to_string(world));
   const Mesh mesh(MPI_COMM_WORLD, c.ddp, c.domain);
   const bool root = mesh.rank() == 0;
-  if (root) std::filesystem::create_directories(c.out_dir);
+  agree_on(mesh.flat(), [&] {
+    if (root) std::filesystem::create_directories(c.out_dir);
+  });
+  // Every run ends with a save (and may save every checkpoint.every steps): a folder that cannot be written is an
+  // IoError on every rank now, before step 1, not after hours of training.
+  check_checkpoint_writable(mesh, c.checkpoint_dir);
 
   std::unique_ptr<models::Model> model = agreed(mesh, [&] {
     return models::build_model(c.model_kind, c.model_args, {c.dtype, c.model_seed});

@@ -14,6 +14,10 @@
 //                 survivors receive from rank 1) and finalize (shardrt::finalize_mpi). The buffers are large
 //                 (segments of 256 KiB), so a send to the dead rank cannot complete eagerly: every survivor waits
 //                 on the victim, including rank 0 of the ring shift, which receives from rank 2.
+//   kill:backward, kill:bucket, hang:backward, hang:bucket
+//                 rank 1 (of 3) is SIGKILLed or hangs inside one training step of a small sharded model: in a
+//                 sharded linear's backward, or in the optimizer's deferred grad bucket's all_reduce
+//                 (failure_probe_step.cpp); the survivors time out in that all_reduce.
 //   watch:split   rank 1 joins the Mesh constructor's deadline barriers but then hangs instead of calling
 //                 MPI_Comm_split: the others are blocked inside MPI_Comm_split, which has no non-blocking form,
 //                 and the watchdog must end them (mesh/watchdog.h).
@@ -37,6 +41,7 @@
 #include "mesh/mesh.h"
 #include "runtime/errors.h"
 #include "runtime/factories.h"
+#include "tests/mesh/failure_probe_step.h"
 
 using namespace shardrt;
 
@@ -134,7 +139,9 @@ int main(int argc, char** argv) {
   std::printf("failure probe: rank %d up at %lld ms\n", rank, static_cast<long long>(up_ms));
   std::fflush(stdout);
   const std::string mode = argc > 1 ? argv[1] : "throw";
-  const bool victim = mode.rfind("kill:", 0) == 0 || mode.rfind("watch:", 0) == 0 ? rank == 1 : rank == size - 1;
+  const bool victim = mode.rfind("kill:", 0) == 0 || mode.rfind("watch:", 0) == 0 || mode.rfind("hang:", 0) == 0
+                          ? rank == 1
+                          : rank == size - 1;
   int status = 0;
   try {
     if (mode == "watch:split") {
@@ -160,6 +167,10 @@ int main(int argc, char** argv) {
       pid_t pids[3];
       const pid_t me = getpid();
       MPI_Allgather(&me, sizeof me, MPI_BYTE, pids, sizeof me, MPI_BYTE, MPI_COMM_WORLD);
+      if (probe::run_step_fault("kill", kind, victim, [&] { victim_dies_inside(false, pids[1]); })) {
+        std::printf("failure probe: the step returned on rank %d, which should be impossible\n", rank);
+        return 0;
+      }
       if (kind == "finalize") {
         victim_dies_inside(victim, pids[1]);
         finalize_mpi();
@@ -175,6 +186,11 @@ int main(int argc, char** argv) {
           SHARDRT_CHECK(enter(kind, mesh.axis("domain")), ValueError, "failure probe: unknown kind '", kind, "'");
       }
       std::printf("failure probe: %s returned on rank %d, which should be impossible\n", kind.c_str(), rank);
+    } else if (mode.rfind("hang:", 0) == 0) {
+      SHARDRT_CHECK(size == 3, ValueError, "failure probe: hang modes run on 3 ranks, not ", size);
+      SHARDRT_CHECK(probe::run_step_fault("hang", mode.substr(5), victim, [] {}), ValueError,
+                    "failure probe: unknown mode '", mode, "'");
+      std::printf("failure probe: the step returned on rank %d, which should be impossible\n", rank);
     } else {
       SHARDRT_CHECK(mode == "throw" || mode == "hang", ValueError, "failure probe: unknown mode '", mode, "'");
       Mesh mesh = Mesh::one_d(MPI_COMM_WORLD, "domain");

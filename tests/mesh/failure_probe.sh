@@ -4,7 +4,8 @@
 # launcher's tear-down) counted from the moment the last rank was up (each prints when; the launch itself can take
 # seconds on a busy machine), and that every surviving rank printed the error naming what it waited in.
 #   failure_probe.sh <mpiexec> <probe> <ranks> <checked: 0|1> <mode>...
-# Modes: throw, hang, kill:<kind> (3 ranks), watch:split, watch:finalize (see failure_probe.cpp).
+# Modes: throw, hang, kill:<kind> (3 ranks), hang:backward, hang:bucket (3 ranks), watch:split, watch:finalize
+# (see failure_probe.cpp).
 # Checked (SHARDRT_COMM_CHECK=1), the waiting ranks of throw/hang time out in the all_reduce's signature check
 # instead, under the same deadline and with the same report.
 #
@@ -31,6 +32,13 @@ expected_error() {
     # MPI_Finalize itself blocks and the watchdog ends the rank: either way the message names MPI_Finalize.
     finalize) echo "CommError \[rank $r\]: MPI_Finalize: timed out after $deadline s" ;;
     ring_shift_async) echo "CommError \[rank $r\]: ring_shift on axis 'domain'.* timed out after $deadline s" ;;
+    # A training step (failure_probe_step.cpp): the sharded linear's weight-grad all_reduce in backward, or the
+    # deferred grad bucket's all_reduce, both over the domain axis.
+    # backward: the second linear's weight and bias, 256 x 256 + 256 f32, packed by the patch (a blocking
+    # all_reduce). bucket: a grad bucket's all_reduce_async — the first (65,792 f32: that linear's weight and
+    # bias) or, where the first completed from what the victim had sent (a hang), the second (66,304 f32).
+    backward) echo "CommError \[rank $r\]: all_reduce on axis 'domain' .* f32\[65792\] cpu sum: timed out after $deadline s" ;;
+    bucket) echo "CommError \[rank $r\]: all_reduce on axis 'domain' .* f32\[\(65792\|66304\)\] cpu sum (async): timed out after $deadline s" ;;
     halo_exchange_async) echo "CommError \[rank $r\]: halo_exchange on axis 'domain'.* timed out after $deadline s" ;;
     *) echo "CommError \[rank $r\]: $kind on axis 'domain'.* timed out after $deadline s" ;;
   esac
@@ -40,7 +48,7 @@ run_mode() {
   local mode=$1 n=$ranks abort_on_exit=1
   case $mode in
     kill:*) n=3 abort_on_exit=0 ;;
-    watch:*) n=3 ;;
+    hang:*|watch:*) n=3 ;;
   esac
   local start rc elapsed_ms
   start=$(date +%s%N)
@@ -80,8 +88,8 @@ run_mode() {
       if [ "$checked" = 1 ]; then
         grep -q "(signature check): timed out" "$log" || fail "checked, the wait was not in the signature check"
       fi ;;
-    kill:*)
-      local kind=${mode#kill:}
+    kill:*|hang:*)
+      local kind=${mode#*:}
       for r in 0 2; do
         grep -q "$(expected_error $r "$kind")" "$log" || fail "surviving rank $r printed no CommError naming $kind"
       done ;;
