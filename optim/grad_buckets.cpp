@@ -30,9 +30,9 @@ std::vector<GradBucket> plan_grad_buckets(const ArenaLayout& layout, size_t grou
   return out;
 }
 
-DeferredDomainSums::DeferredDomainSums(const Communicator* over, std::vector<Group> groups, int64_t bucket_bytes,
-                                       bool reduce)
-    : over_(over && over->size() > 1 ? over : nullptr), groups_(std::move(groups)), reduce_(reduce) {
+DeferredDomainSums::DeferredDomainSums(Reduction how, std::vector<Group> groups, int64_t bucket_bytes, bool reduce)
+    : how_(how), groups_(std::move(groups)), reduce_(reduce) {
+  if (how_.in_place && how_.in_place->size() == 1) how_.in_place = nullptr;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const Group& grp = groups_[g];
     for (GradBucket& b : plan_grad_buckets(*grp.layout, g, bucket_bytes, dtype_size(grp.grads.dtype()))) {
@@ -43,6 +43,7 @@ DeferredDomainSums::DeferredDomainSums(const Communicator* over, std::vector<Gro
     }
   }
   launched_.assign(buckets_.size(), false);
+  chains_.resize(buckets_.size());
   if (reduce_) hook_.emplace([this](AutogradMeta& leaf) { on_ready(leaf); });
 }
 
@@ -60,7 +61,14 @@ DeferredDomainSums::~DeferredDomainSums() {
   }
 }
 
+void DeferredDomainSums::test_in_flight() {
+  for (CommHandle& h : handles_) h.ready();
+  for (size_t b : started_)
+    if (chains_[b]) chains_[b]->test();
+}
+
 void DeferredDomainSums::on_ready(AutogradMeta& leaf) {
+  test_in_flight();
   auto it = bucket_of_.find(&leaf);
   if (it == bucket_of_.end()) return;  // not one of the optimizer's parameters (an input that requires grad)
   const size_t b = it->second;
@@ -79,13 +87,25 @@ void DeferredDomainSums::on_ready(AutogradMeta& leaf) {
 void DeferredDomainSums::start(size_t b) {
   launched_[b] = true;
   started_.push_back(b);
-  if (!over_) return;
   const GradBucket& bucket = buckets_[b];
   const Group& grp = groups_[bucket.group];
-  auto scope = over_->ledger().scope("optimizer.grad_buckets");
-  handles_.push_back(over_->all_reduce_async(grp.grads.narrow(0, bucket.begin, bucket.end - bucket.begin),
-                                               ReduceOp::sum,
-                                               grp.low_precision ? Accumulate::f32 : Accumulate::native));
+  const Tensor range = grp.grads.narrow(0, bucket.begin, bucket.end - bucket.begin);
+  if (!grp.shard.defined()) {
+    if (!how_.in_place) return;
+    auto scope = how_.in_place->ledger().scope("optimizer.grad_buckets");
+    handles_.push_back(how_.in_place->all_reduce_async(range, ReduceOp::sum,
+                                                       grp.low_precision ? Accumulate::f32 : Accumulate::native));
+    return;
+  }
+  ShardCut cut = how_.cut;
+  cut.shard_numel = grp.layout->shard_numel;
+  chains_[b].emplace(cut, how_.batch, how_.domain, range, bucket.begin, grp.shard, ShardReduce::Into::write,
+                     /*sum_domain=*/true, "optimizer.grad_buckets");
+  chains_[b]->start();
+  // The domain sums of the buckets before this one go out now, at a point every rank reaches alike (see the top
+  // of grad_buckets.h), while this bucket's ddp reduce-scatter is in flight.
+  for (size_t k : started_)
+    if (k != b && chains_[k] && !chains_[k]->advanced()) chains_[k]->advance();
 }
 
 void DeferredDomainSums::finish() {
@@ -94,8 +114,12 @@ void DeferredDomainSums::finish() {
   if (reduce_)
     for (size_t b = 0; b < buckets_.size(); ++b)
       if (!launched_[b]) start(b);
+  for (size_t b : started_)
+    if (chains_[b]) chains_[b]->advance();
   for (CommHandle& h : handles_) h.wait();
   handles_.clear();
+  for (size_t b : started_)
+    if (chains_[b]) chains_[b]->wait();
   finished_ = true;
 }
 

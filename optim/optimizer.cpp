@@ -167,6 +167,7 @@ OptimizerMemory Optimizer::memory() const {
 
 void Optimizer::zero_grad() {
   if (plan_.mode == ShardingMode::zero3) zero3_finish_backward();
+  zero3_sum_domain_ = false;
   for (Group& g : groups_) zero_group_grads(g);
   micro_ = 0;
   deferred_micros_ = 0;
@@ -175,6 +176,7 @@ void Optimizer::zero_grad() {
 void Optimizer::zero_group_grads(Group& g) {
   if (g.grads.buffer().storage()->resident()) g.grads.buffer().zero_();
   if (g.zero3_grad.defined()) g.zero3_grad.zero_();
+  g.deferred_shard = Tensor();
 }
 
 void Optimizer::reduce_grads(Group& g, double scale) {
@@ -183,40 +185,44 @@ void Optimizer::reduce_grads(Group& g, double scale) {
   const Communicator* batch =
       plan_.batch_axis.empty() || plan_.batch_ranks == 1 ? nullptr : &mesh_.axis(plan_.batch_axis);
   const int64_t n = g.layout.shard_numel;
-  Tensor shard;
-  switch (plan_.mode) {
-    case ShardingMode::replicated:
-      if (batch && !batch_summed_) batch->all_reduce(g.grads.buffer(), ReduceOp::sum, acc);
-      shard = g.grads.buffer();
-      break;
-    case ShardingMode::ddp:
-      if (batch) {
-        shard = Tensor::empty({n}, g.dtype);
-        batch->reduce_scatter(g.grads.buffer(), shard, ReduceOp::sum, acc);
-      } else {
+  // Deferred: reduce-scattered over ddp and summed over domain bucket by bucket during backward (grad_buckets.h).
+  Tensor shard = g.deferred_shard;
+  g.deferred_shard = Tensor();
+  if (!shard.defined()) {
+    switch (plan_.mode) {
+      case ShardingMode::replicated:
+        if (batch && !batch_summed_) batch->all_reduce(g.grads.buffer(), ReduceOp::sum, acc);
         shard = g.grads.buffer();
-      }
-      break;
-    case ShardingMode::mesh:
-      if (batch) {
-        // Segment q of the reduce_scatter is the shards of ddp group q's domain ranks; this rank keeps its own.
-        Tensor segment = Tensor::empty({n * plan_.domain_ranks}, g.dtype);
-        batch->reduce_scatter(g.grads.buffer(), segment, ReduceOp::sum, acc);
-        shard = segment.narrow(0, plan_.domain_index * n, n);
-      } else {
-        shard = g.grads.range(g.layout.shard_begin(plan_.own_shard), n);
-      }
-      break;
-    case ShardingMode::zero3:
-      if (g.unit >= 0) {
-        shard = g.zero3_grad;  // reduce-scattered block by block during backward (zero3.cpp)
-      } else if (batch) {
-        shard = Tensor::empty({n}, g.dtype);
-        batch->reduce_scatter(g.grads.buffer(), shard, ReduceOp::sum, acc);
-      } else {
-        shard = g.grads.buffer();
-      }
-      break;
+        break;
+      case ShardingMode::ddp:
+        if (batch) {
+          shard = Tensor::empty({n}, g.dtype);
+          batch->reduce_scatter(g.grads.buffer(), shard, ReduceOp::sum, acc);
+        } else {
+          shard = g.grads.buffer();
+        }
+        break;
+      case ShardingMode::mesh:
+        if (batch) {
+          // Segment q of the reduce_scatter is the shards of ddp group q's domain ranks; this rank keeps its own.
+          Tensor segment = Tensor::empty({n * plan_.domain_ranks}, g.dtype);
+          batch->reduce_scatter(g.grads.buffer(), segment, ReduceOp::sum, acc);
+          shard = segment.narrow(0, plan_.domain_index * n, n);
+        } else {
+          shard = g.grads.range(g.layout.shard_begin(plan_.own_shard), n);
+        }
+        break;
+      case ShardingMode::zero3:
+        if (g.unit >= 0) {
+          shard = g.zero3_grad;  // reduce-scattered block by block during backward (zero3.cpp)
+        } else if (batch) {
+          shard = Tensor::empty({n}, g.dtype);
+          batch->reduce_scatter(g.grads.buffer(), shard, ReduceOp::sum, acc);
+        } else {
+          shard = g.grads.buffer();
+        }
+        break;
+    }
   }
   g.grad_shard = shard.dtype() == g.master_dtype ? shard : shard.to(g.master_dtype);
   scale_in_place(g.grad_shard, scale);
@@ -306,20 +312,34 @@ std::shared_ptr<DeferredDomainSums> Optimizer::defer_domain_grad_sums() {
   SHARDRT_CHECK(deferral_.expired(), ValueError,
                 "optimizer: defer_domain_grad_sums() while this micro-batch's deferred scope is still open; open one "
                 "per micro-batch");
-  // Over the domain axis; in `replicated` mode over the whole mesh, which makes each bucket's all_reduce the ddp
-  // sum as well (step() then only scales).
-  const Communicator* over = nullptr;
+  const Communicator* domain = nullptr;
   for (int m = 0; m < mesh_.ndim(); ++m)
-    if (!mesh_.is_batch_axis(m)) over = &mesh_.axis(mesh_.axis_names()[m]);
-  if (plan_.mode == ShardingMode::replicated) over = &mesh_.flat();
-  std::vector<DeferredDomainSums::Group> groups;
-  for (size_t i = 0; i < groups_.size(); ++i)
-    groups.push_back({&groups_[i].layout, groups_[i].grads.buffer(), leaves_[i], low_precision(groups_[i].dtype)});
+    if (!mesh_.is_batch_axis(m)) domain = &mesh_.axis(mesh_.axis_names()[m]);
+  DeferredDomainSums::Reduction how;
+  // In place: in `replicated` mode over the whole mesh, which makes each bucket's all_reduce the ddp sum as well
+  // (step() then only scales); with one shard over the domain axis, and step()'s ddp step follows unchanged.
+  how.in_place = plan_.mode == ShardingMode::replicated ? &mesh_.flat() : domain;
+  // Into the shard, in every mode with sharded arenas: reduce-scatter over ddp first, then the domain sum of the
+  // ~1/ddp piece each rank owns (shard_reduce.h); step() reduce-scatters nothing more.
+  how.batch = plan_.batch_axis.empty() ? nullptr : &mesh_.axis(plan_.batch_axis);
+  how.domain = domain;
+  how.cut = ShardCut{0, plan_.batch_ranks, plan_.batch_index, plan_.domain_ranks, plan_.domain_index,
+                     plan_.mode == ShardingMode::mesh};
+  const bool into_shard = plan_.mode != ShardingMode::replicated && plan_.shards > 1;
   // Only the micro-batch that ends the accumulation window sums; the others leave their partial grads to add up.
   const bool last_micro = micro_ + 1 >= config_.accumulation_steps;
-  auto d = std::make_shared<DeferredDomainSums>(over, std::move(groups), config_.bucket_bytes, last_micro);
+  std::vector<DeferredDomainSums::Group> groups;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    Group& g = groups_[i];
+    if (g.unit >= 0) continue;  // a zero3 block: its reduce-scatter after its backward sums it (zero3.cpp)
+    Tensor shard;
+    if (into_shard && last_micro) shard = g.deferred_shard = zeros({g.layout.shard_numel}, {g.master_dtype});
+    groups.push_back({&g.layout, g.grads.buffer(), leaves_[i], low_precision(g.dtype), shard});
+  }
+  auto d = std::make_shared<DeferredDomainSums>(how, std::move(groups), config_.bucket_bytes, last_micro);
   deferral_ = d;
   ++deferred_micros_;
+  zero3_sum_domain_ = last_micro;
   return d;
 }
 
@@ -327,6 +347,7 @@ bool Optimizer::step() {
   if (plan_.mode == ShardingMode::zero3) zero3_finish_backward();
   if (auto d = deferral_.lock()) d->finish();  // before the "optimizer" scope: its sums belong to the backward
   deferral_.reset();
+  zero3_sum_domain_ = false;
   if (++micro_ < config_.accumulation_steps) return false;
   micro_ = 0;
   const int deferred = deferred_micros_;

@@ -155,6 +155,10 @@ class Optimizer {
     Tensor master;            // this rank's shard of the master weights (a view of params when no copy)
     std::vector<std::pair<std::string, Tensor>> state;  // per kind, shard-sized, master dtype
     Tensor grad_shard;        // this step's reduced grad of the shard (set during step)
+    // Deferred domain sums into the shard (ddp, mesh, zero3's root unit): the window's grad shard, reduced over ddp
+    // and domain by the buckets during the last backward (shard_numel elements, master dtype); step() uses it as
+    // it is instead of reduce-scattering the arena.
+    Tensor deferred_shard;
     int unit = -1;            // zero3: the block it belongs to; -1 the root unit (and every group of other modes)
     Tensor zero3_grad;        // zero3 blocks: the shard's grad, reduce-scattered per backward and summed over them
   };
@@ -166,8 +170,11 @@ class Optimizer {
     uint64_t seq_begin = 0, seq_end = 0;  // the tape nodes its last forward recorded: [begin, end)
     bool recorded = false;                // seq range valid (a forward ran since the last step)
     bool gathering = false, gathered = false, grads_live = false, reducing = false;
-    std::vector<CommHandle> gathers, reduces;
-    std::vector<Tensor> reduce_out;  // per group: the reduce-scatter's output shard
+    std::vector<CommHandle> gathers;
+    // Per group: the grad reduction of its last backward into the group's zero3_grad (optim/shard_reduce.h): the
+    // reduce_scatter over ddp, then, when this micro-batch deferred its domain sums and ends the window, the
+    // all_reduce over domain of the shard. `reducing`: the reduce-scatter may be in flight (the full grads live).
+    std::vector<ShardReduce> reduces;
   };
   void check_same_parameters_everywhere() const;
   // Each (group, slot, state kind or "param") piece of this rank's shard, in one fixed order, for save and load.
@@ -195,7 +202,7 @@ class Optimizer {
   void zero3_release_params(size_t u);
   void zero3_begin_backward(size_t u);
   void zero3_end_backward(size_t u);
-  void zero3_finish_reduce(size_t u);
+  void zero3_finish_reduce(size_t u);  // completes the reduce-scatter (the domain sum goes out) and frees the grads
   void zero3_finish_backward();  // closes the backward: every reduce-scatter done, every block released
   friend void zero3_dispatch_before_node(uint64_t seq);
 
@@ -214,6 +221,9 @@ class Optimizer {
   std::weak_ptr<DeferredDomainSums> deferral_;      // the open deferred scope of this micro-batch, if any
   int deferred_micros_ = 0;                         // micro-batches of this window whose domain sums were deferred
   bool batch_summed_ = false;                       // this step's grads are already summed over ddp (deferred)
+  // This micro-batch deferred its domain sums and ends the accumulation window: zero3's blocks sum their grad
+  // shards over domain after the reduce-scatter (zero3.cpp). Set by defer_domain_grad_sums, cleared by step().
+  bool zero3_sum_domain_ = false;
 };
 
 }  // namespace shardrt::optim

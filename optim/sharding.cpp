@@ -42,6 +42,7 @@ ShardPlan plan_sharding(const Mesh& mesh, ShardingMode mode) {
     p.domain_index = mesh.coords().back();
   }
   const int batch_index = p.batch_axis.empty() ? 0 : mesh.coords()[0];
+  p.batch_index = batch_index;
   switch (mode) {
     case ShardingMode::replicated:
       break;

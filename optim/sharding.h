@@ -38,6 +38,7 @@ struct ShardPlan {
   int shards = 1;        // arena shards
   int own_shard = 0;     // this rank's shard
   int batch_ranks = 1;   // ranks of the batch (ddp) axis, 1 if none
+  int batch_index = 0;   // this rank's coordinate on it
   int domain_ranks = 1;  // ranks of the domain axes together
   int domain_index = 0;  // this rank's index within its domain group
   std::string batch_axis;  // "" when the mesh has no batch axis

@@ -20,6 +20,13 @@
 //
 // Order. Every rank runs the same program, so the hooks issue the same collectives in the same order everywhere
 // (ranks of one ddp group differ only in their data).
+//
+// Deferred domain sums (Optimizer::defer_domain_grad_sums). The patches leave the blocks' grads partial over the
+// domain axis too; each block's reduction is then a ShardReduce chain (optim/shard_reduce.h, the same code path
+// as the deferred buckets of the root unit): the reduce-scatter over ddp adds into the block's grad shard, and in
+// the backward that ends an accumulation window the shard is all_reduced over domain — 1/ddp of the block's grads
+// — issued when the next block's backward ends (where the reduce-scatter is completed anyway) and waited for by
+// step(). Earlier micro-batches' shards stay partial over domain and add up, so the sum happens once per window.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -180,7 +187,7 @@ void Optimizer::zero3_before_node(uint64_t seq) {
   // reduce-scatters moving while backward computes (a few microseconds each).
   for (Unit& U : units_) {
     for (CommHandle& h : U.gathers) h.ready();
-    for (CommHandle& h : U.reduces) h.ready();
+    for (ShardReduce& r : U.reduces) r.test();
   }
   if (backward_unit_ >= 0) {
     if (seq >= units_[static_cast<size_t>(backward_unit_)].seq_begin) return;  // still inside it
@@ -216,26 +223,30 @@ void Optimizer::zero3_end_backward(size_t u) {
   Unit& U = units_[u];
   U.recorded = false;
   zero3_release_params(u);
-  // At most one reduce-scatter in flight besides this one: complete the older (it had a block's backward).
+  // At most one reduce-scatter in flight besides this one: complete the older (it had a block's backward); its
+  // domain sum, when deferred, goes out now — a point of the program every rank reaches alike (shard_reduce.h).
   for (size_t w = 0; w < units_.size(); ++w)
     if (units_[w].reducing) zero3_finish_reduce(w);
   if (!U.grads_live) return;
-  auto s = mesh_.flat().ledger().scope("zero3.reduce_grads");
+  for (ShardReduce& r : U.reduces) r.wait();  // a previous micro-batch's, if any were left
+  U.reduces.clear();
   const double t0 = now_s();
-  const Communicator* over = plan_.shards > 1 ? &mesh_.axis(plan_.batch_axis) : nullptr;
-  U.reduce_out.clear();
+  const Communicator* batch = plan_.shards > 1 ? &mesh_.axis(plan_.batch_axis) : nullptr;
+  const Communicator* domain = nullptr;
+  for (int m = 0; m < mesh_.ndim(); ++m)
+    if (!mesh_.is_batch_axis(m)) domain = &mesh_.axis(mesh_.axis_names()[m]);
+  U.reduces.reserve(U.groups.size());
   for (size_t gi : U.groups) {
     Group& g = groups_[gi];
-    if (!over) {
-      U.reduce_out.push_back(g.grads.buffer());  // one shard: the whole arena is this rank's
-      continue;
-    }
-    const Accumulate acc = g.dtype == DType::bf16 || g.dtype == DType::f16 ? Accumulate::f32 : Accumulate::native;
-    Tensor out = Tensor::empty({g.layout.shard_numel}, g.dtype);
-    U.reduces.push_back(over->reduce_scatter_async(g.grads.buffer(), out, ReduceOp::sum, acc));
-    U.reduce_out.push_back(out);
+    // The block's grads go into its persistent shard (summed over the micro-batches of an accumulation window);
+    // partial over domain under deferred sums until the window's last backward sums the shard there, once.
+    const ShardCut cut{g.layout.shard_numel, plan_.batch_ranks, plan_.batch_index, plan_.domain_ranks,
+                       plan_.domain_index, false};
+    U.reduces.emplace_back(cut, batch, domain, g.grads.buffer(), 0, g.zero3_grad, ShardReduce::Into::add,
+                           zero3_sum_domain_, "zero3.reduce_grads");
+    U.reduces.back().start();
   }
-  zero3_stats_.reduce_scatters += over ? 1 : 0;
+  zero3_stats_.reduce_scatters += batch ? 1 : 0;
   zero3_stats_.issue_s += now_s() - t0;
   U.reducing = true;
 }
@@ -244,15 +255,9 @@ void Optimizer::zero3_finish_reduce(size_t u) {
   Unit& U = units_[u];
   if (!U.reducing) return;
   const double t0 = now_s();
-  for (CommHandle& h : U.reduces) h.wait();
+  for (ShardReduce& r : U.reduces) r.advance();  // into zero3_grad; the deferred domain sum issued
   zero3_stats_.reduce_wait_s += now_s() - t0;
-  U.reduces.clear();
-  for (size_t k = 0; k < U.groups.size(); ++k) {
-    Group& g = groups_[U.groups[k]];
-    accumulate_into(g.zero3_grad, U.reduce_out[k]);  // summed over the micro-batches of an accumulation
-    g.grads.buffer().storage()->release();
-  }
-  U.reduce_out.clear();
+  for (size_t gi : U.groups) groups_[gi].grads.buffer().storage()->release();
   U.grads_live = false;
   U.reducing = false;
 }
@@ -273,6 +278,11 @@ void Optimizer::zero3_finish_backward() {
     }
     if (U.gathering || U.gathered) zero3_release_params(u);
     U.recorded = false;
+  }
+  // The domain sums, in the order they were issued.
+  for (Unit& U : units_) {
+    for (ShardReduce& r : U.reduces) r.wait();
+    U.reduces.clear();
   }
 }
 
