@@ -93,6 +93,13 @@ int main(int argc, char** argv) {
   add_options(app, args);
   if (const auto stop = session.parse(app, argc, argv)) return *stop;
   const int rank = session.rank(), p = session.size();
+  if (args.min_bytes < 4 || args.min_bytes > args.max_bytes) {  // every rank sees the same arguments
+    if (rank == 0)
+      std::fprintf(stderr, "shardrt-bench-comm: --min-bytes %lld and --max-bytes %lld make no sizes; give 4 <= "
+                   "--min-bytes <= --max-bytes\n", static_cast<long long>(args.min_bytes),
+                   static_cast<long long>(args.max_bytes));
+    return 1;
+  }
   unsetenv("SHARDRT_COMM_CHECK");  // the options below decide which communicator is checked
   Mesh mesh = Mesh::one_d(MPI_COMM_WORLD, "domain", tools::bench_comm_options(tools::BenchGpu::none));
   const Communicator& c = mesh.axis("domain");

@@ -141,9 +141,11 @@ int main(int argc, char** argv) {
   int domain = 1, iters = 10;
   std::string dtype_name_s = "f32", algorithm = "adamw", shapes_path;
   app.add_option("--domain", domain, "domain ranks of the mesh (ddp = P / domain)");
-  app.add_option("--dtype", dtype_name_s, "parameter dtype: f32, or bf16 (f32 master weights)");
-  app.add_option("--algorithm", algorithm, "adamw, sgd or muon_adamw");
-  app.add_option("--iters", iters, "timed steps per mode");
+  app.add_option("--dtype", dtype_name_s, "parameter dtype: f32, or bf16 (f32 master weights)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--algorithm", algorithm, "adamw, sgd or muon_adamw")
+      ->check(CLI::IsMember({"adamw", "sgd", "muon_adamw"}));
+  app.add_option("--iters", iters, "timed steps per mode")->check(CLI::PositiveNumber);
   app.add_option("--shapes", shapes_path, "write the parameter shapes as JSON here");
   bool train = false;
   app.add_flag("--train", train, "time whole training steps (forward, backward, step) incl. zero3 instead");

@@ -156,7 +156,9 @@ int run(const Args& a, const tools::MpiSession& session) {
   const std::vector<ShardTensor> outs = model->forward(inputs);
   std::map<std::string, Tensor> written;
   for (size_t i = 0; i < outs.size(); ++i) written[output_key(i, outs.size())] = full_tensor(outs[i]).detach();
-  if (root) save_safetensors(a.output, written);
+  // With --grad-output the file is written once, at the end, with the grads: a grad_output refused below must not
+  // leave an outputs-only file behind that looks like the complete answer.
+  if (root && !want_grads) save_safetensors(a.output, written);
 
   if (want_grads) {
     // The grad_output, checked on rank 0 against the outputs' global shapes, then broadcast whole: backward_global

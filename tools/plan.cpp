@@ -33,8 +33,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Plan a shardrt-train run: bytes per rank and communication per step on a ddp x domain mesh"};
   app.add_option("--config", config_path, "shardrt-train's JSON config")->required();
   app.add_option("--set", overrides, "override one key, KEY=VALUE (as shardrt-train)")->take_all();
-  app.add_option("--ddp", ddp, "ddp ranks (default: the config's mesh.ddp)");
-  app.add_option("--domain", domain, "domain ranks (default: the config's mesh.domain)");
+  app.add_option("--ddp", ddp, "ddp ranks (default: the config's mesh.ddp)")->check(CLI::PositiveNumber);
+  app.add_option("--domain", domain, "domain ranks (default: the config's mesh.domain)")->check(CLI::PositiveNumber);
   app.add_option("--resolution", resolution, "grid R (R x R points; default: the training manifest's)");
   app.add_option("--probe-points", probe_points,
                  "largest local problem the activation probe runs at; above it, two probes and a linear fit");
@@ -63,9 +63,14 @@ int main(int argc, char** argv) {
     if (!check_path.empty()) {
       std::ifstream f(check_path);
       SHARDRT_CHECK(f.good(), IoError, "shardrt-plan: cannot open the measurement '", check_path, "'");
-      const nlohmann::json measured = nlohmann::json::parse(f);
       bool ok = false;
-      const std::string report = tools::check_against(plan, measured, tolerance, ok);
+      std::string report;
+      try {
+        report = tools::check_against(plan, nlohmann::json::parse(f), tolerance, ok);
+      } catch (const nlohmann::json::exception& e) {
+        throw IoError("shardrt-plan: '" + check_path + "' is not a measurement of shardrt-train --measure (" +
+                      e.what() + "); measure again");
+      }
       std::printf("\nplan against %s (peak within %.0f%%, comm bytes exact):\n%s", check_path.c_str(),
                   100 * tolerance, report.c_str());
       if (!ok) {

@@ -180,9 +180,6 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
                                  " or --set mesh.ddp=D --set mesh.domain=N with D x N = " + std::to_string(world));
   const Mesh mesh(MPI_COMM_WORLD, c.ddp, c.domain);
   const bool root = mesh.rank() == 0;
-  agree_on(mesh.flat(), [&] {
-    if (root) std::filesystem::create_directories(c.out_dir);
-  });
   // Every run ends with a save (and may save every checkpoint.every steps): a folder that cannot be written is an
   // IoError on every rank now, before step 1, not after hours of training.
   check_checkpoint_writable(mesh, c.checkpoint_dir);
@@ -238,9 +235,19 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
 
   const std::string csv_path = c.out_dir + "/metrics.csv";
   std::unique_ptr<MetricsCsv> csv;
-  if (root) {
+  // The output folder is made once the setup has passed (a run refused for its config or data leaves nothing
+  // behind), and rank 0's writes are agreed: a folder it cannot make stops every rank with the same IoError instead
+  // of leaving the others waiting in the first step's collectives.
+  agree_on(mesh.flat(), [&] {
+    if (!root) return;
+    std::error_code ec;
+    std::filesystem::create_directories(c.out_dir, ec);
+    SHARDRT_CHECK(!ec, IoError, "shardrt-train: cannot create log.out_dir '", c.out_dir, "' (", ec.message(),
+                  "); choose another folder with --set log.out_dir=DIR");
     std::ofstream(c.out_dir + "/config.json") << c.document.dump(2) << "\n";
     csv = std::make_unique<MetricsCsv>(csv_path, options.resume, resumed.step);
+  });
+  if (root) {
     std::printf("shardrt-train: %s (%lld parameters, %s) on %s; %lld train samples %lldx%lld; batch %lld (%lld per "
                 "micro-batch x %lld); %s loss; %s %s; %lld steps%s\n",
                 c.model_kind.c_str(), static_cast<long long>(model->num_parameters()), dtype_name(c.dtype),

@@ -43,7 +43,7 @@ namespace {
 // ---- the rows ----------------------------------------------------------------------------------------------------
 
 struct Row {
-  std::string surface;             // models, shard_tensor, mesh, weights, files, configs, non_finite
+  std::string category;            // models, shard_tensor, mesh, devices, configs, weights, files, non_finite
   std::string name;                // what is wrong
   std::string kind;                // the Error kind expected ("ShapeError", ...)
   std::vector<std::string> says;   // fragments the message must hold: the op, the shapes / placements / key / file
@@ -71,7 +71,7 @@ void check_rows(const std::vector<Row>& rows) {
   const int P = world_size(), rank = world_rank();
   for (const Row& r : rows) {
     if (P < r.min_ranks) continue;
-    INFO("bad input [" << r.surface << "] " << r.name);
+    INFO("bad input [" << r.category << "] " << r.name);
     const Outcome got = outcome_of(r.call);
     INFO("raised " << got.kind << ": " << got.what);
     CHECK(got.kind == r.kind);
@@ -164,9 +164,9 @@ TEST_CASE("bad input: the C++ API matrix — typed errors naming the op, the sam
   REQUIRE(geo->forward(laid_out(*geo, geo_good, mesh))[0].global_shape() == Shape{1, N, 2});
 
   std::vector<Row> rows;
-  auto add = [&](std::string surface, std::string name, std::string kind, std::vector<std::string> says,
+  auto add = [&](std::string category, std::string name, std::string kind, std::vector<std::string> says,
                  std::function<void()> call, int min_ranks = 1) {
-    rows.push_back({std::move(surface), std::move(name), std::move(kind), std::move(says), std::move(call),
+    rows.push_back({std::move(category), std::move(name), std::move(kind), std::move(says), std::move(call),
                     min_ranks});
   };
 
@@ -487,6 +487,7 @@ TEST_CASE("bad input: the C++ API matrix — typed errors naming the op, the sam
     CHECK(same_string_on_every_rank(o.kind));
   }
 
+  CHECK(rows.size() == 79);  // docs/reliability.md counts them per category; keep the two in step
   check_rows(rows);
   if (world_rank() == 0) {
     std::printf("bad input, C++ API: %zu error rows and %zu non-finite propagation rows on %d rank(s)\n", rows.size(),
