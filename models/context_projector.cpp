@@ -169,6 +169,7 @@ void GlobalContextBuilder::init_torch_default(Generator& gen) {
 
 BuiltContext GlobalContextBuilder::build(const std::vector<ShardTensor>& positions, const ShardTensor& geometry,
                                          const ShardTensor& global, GumbelState& noise) const {
+  auto hooks = forward_scope();  // e.g. ZeRO-3's gather of the whole builder (GeoTransolver::forward_blocks)
   BuiltContext out;
   std::vector<PendingSlices> pending;
   if (!local_extractors.empty() && geometry.defined()) {

@@ -185,6 +185,7 @@ void GaleBlock::init_torch_default(Generator& gen) {
 
 std::vector<ShardTensor> GaleBlock::forward(const std::vector<ShardTensor>& xs, const ShardTensor& context,
                                             GumbelState& noise) const {
+  auto hooks = forward_scope();  // e.g. ZeRO-3's per-block gather (models/module.h)
   std::vector<ShardTensor> normed;
   for (const ShardTensor& x : xs) normed.push_back(ln_1.forward(x));
   const std::vector<ShardTensor> attn = Attn->forward(normed, context, noise);
@@ -237,6 +238,14 @@ GeoTransolver::GeoTransolver(GeoTransolverConfig config, const ModelOptions& opt
   for (auto& b : blocks) b->init_torch_default(gen);
   for (auto& l : ln_mlp_out_linear) l->init_torch_default(gen);
   if (time_fc0) time_fc0->init_torch_default(gen), time_fc2->init_torch_default(gen);
+}
+
+std::vector<std::string> GeoTransolver::forward_blocks() const {
+  std::vector<std::string> out;
+  if (!context_builder.named_parameters().empty()) out.push_back("context_builder");
+  for (size_t i = 0; i < preprocess.size(); ++i) out.push_back("preprocess." + std::to_string(i));
+  for (size_t l = 0; l < blocks.size(); ++l) out.push_back("blocks." + std::to_string(l));
+  return out;
 }
 
 std::string GeoTransolver::stream_input(const std::string& base, size_t i) const {
@@ -384,7 +393,11 @@ std::vector<ShardTensor> GeoTransolver::forward(const std::map<std::string, Shar
   const BuiltContext ctx = context_builder.build(pos, geometry, global, noise);
   std::vector<ShardTensor> x;
   for (size_t i = 0; i < streams; ++i) {
-    ShardTensor h = preprocess[i]->forward(le[i]);
+    ShardTensor h;
+    {
+      auto hooks = preprocess[i]->forward_scope();  // a zero3 unit of its own (forward_blocks)
+      h = preprocess[i]->forward(le[i]);
+    }
     if (!ctx.local_features.empty()) h = cat({h, ctx.local_features[i]}, -1);
     x.push_back(h);
   }

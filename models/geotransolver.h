@@ -80,6 +80,10 @@ class GeoTransolver : public Model {
   Placements input_placements(const std::string& name, const Shape& global_shape, const Mesh& mesh) const override;
   AxisExtents input_extents(const std::string& name, const Shape& global_shape, const Mesh& mesh) const override;
   std::vector<ShardTensor> forward(const std::map<std::string, ShardTensor>& inputs) override;
+  // zero3's units, in forward order: context_builder (when it has parameters: the context is built once and its
+  // parameters are used nowhere else — every block reads the finished context, an activation), preprocess.{i},
+  // blocks.{l}. The root unit: ln_mlp_out.* and time_fc.* (never run: `time` is rejected).
+  std::vector<std::string> forward_blocks() const override;
 
   const GeoTransolverConfig& config() const { return config_; }
   int64_t context_dim() const { return context_builder.context_dim(); }

@@ -70,7 +70,8 @@ class Module {
   // (optim/zero3.h); general otherwise. A module whose forward supports hooks opens `auto scope = forward_scope();`
   // first thing: `before` runs then, `after` when the scope closes on a normal return (not while an exception
   // unwinds: a failed forward leaves whatever `before` set up). Hooks belong to this instance; {} clears them.
-  // Modules that open the scope so far: the ViT's TransformerBlock and FLARE's FlareBlock.
+  // Modules that open the scope so far: the ViT's TransformerBlock, FLARE's FlareBlock, and GeoTransolver's
+  // GaleBlock, GlobalContextBuilder and (from the model's forward) its preprocess Mlps.
   struct ForwardHooks {
     std::function<void(const Module&)> before, after;
   };
@@ -89,6 +90,12 @@ class Module {
     int unwinding_;
   };
   [[nodiscard]] ForwardScope forward_scope() const { return ForwardScope(*this); }
+
+  // The descendants (named_modules() names) that each run once per forward inside their own forward_scope(), in
+  // the order the forward runs them: the units a block-wise sharded optimizer gathers one at a time (zero3). Empty,
+  // the default: the optimizer's own rule (list entries "<list>.<i>" registered on the model itself). A model
+  // overrides it where that rule would miss a unit or take a module that opens no scope (GeoTransolver).
+  virtual std::vector<std::string> forward_blocks() const { return {}; }
 
  protected:
   // `t` becomes a leaf that requires grad; `slot` must be a member of this module (it stays registered by address).

@@ -62,8 +62,9 @@ struct OptimizerConfig {
   int64_t bucket_bytes = int64_t{25} << 20;
   std::shared_ptr<Schedule> schedule;  // null: constant
   // zero3: the blocks, as module names (named_modules(); e.g. "stages.0"), each gathered and reduce-scattered on
-  // its own. Empty: every module registered on the model itself as a list entry "<list>.<integer>" (the ViT's
-  // stages.i, FLARE's blocks.i). Each block's forward must open Module::forward_scope() (a block that does not
+  // its own. Empty: the model's own list (Module::forward_blocks(); GeoTransolver's context_builder,
+  // preprocess.i, blocks.i), and where it gives none every module registered on the model itself as a list entry
+  // "<list>.<integer>" (the ViT's stages.i, FLARE's blocks.i). Each block's forward must open Module::forward_scope() (a block that does not
   // fails its first forward with the "released" ValueError). A name that is no module is a ValueError.
   std::vector<std::string> zero3_blocks;
 };

@@ -73,11 +73,14 @@ void zero3_dispatch_before_node(uint64_t seq) {
 std::vector<int> Optimizer::zero3_assign_units(models::Module& module, const models::NamedTensors& named) {
   const models::NamedModules all = module.named_modules();
   std::vector<std::pair<std::string, models::Module*>> blocks;
-  if (config_.zero3_blocks.empty()) {
+  // The caller's list, else the model's own (Module::forward_blocks), else the list entries on the model itself.
+  const std::vector<std::string> named_blocks =
+      config_.zero3_blocks.empty() ? module.forward_blocks() : config_.zero3_blocks;
+  if (named_blocks.empty()) {
     for (const auto& [name, m] : all)
       if (is_block_name(name)) blocks.emplace_back(name, m);
   } else {
-    for (const std::string& want : config_.zero3_blocks) {
+    for (const std::string& want : named_blocks) {
       auto it = std::find_if(all.begin(), all.end(), [&](const auto& e) { return e.first == want; });
       SHARDRT_CHECK(it != all.end(), ValueError, "optimizer zero3: block '", want,
                     "' is not a module of the model; name modules as named_modules() does (e.g. 'stages.0')");

@@ -4,36 +4,26 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/pool_window.h"
+
 namespace shardrt::kernels::cpu {
 namespace {
 
 // Below this many elements touched an OpenMP region costs more than it saves.
 constexpr int64_t kParallelWork = 1 << 15;
 
-int64_t volume(const int64_t* dims) { return dims[0] * dims[1] * dims[2]; }
+using pool_window::volume;
 
 // Calls visit(p, src) for every output position p of one plane (row-major over g.out) and every kernel tap of
-// its window that lies inside the input, src being that tap's flat position within the input plane. Taps
-// falling in the padding are skipped; calls for one p are consecutive and in tap order.
+// its window that lies inside the input (kernels/pool_window.h), src being that tap's flat position within the
+// input plane; calls for one p are consecutive and in tap order.
 template <typename Visit>
 void for_each_window_tap(const ConvGeometry& g, Visit&& visit) {
   int64_t p = 0;
   for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
     for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
       for (int64_t o2 = 0; o2 < g.out[2]; ++o2, ++p)
-        for (int64_t k0 = 0; k0 < g.kernel[0]; ++k0) {
-          const int64_t i0 = o0 * g.stride[0] - g.pad[0] + k0 * g.dilation[0];
-          if (i0 < 0 || i0 >= g.in[0]) continue;
-          for (int64_t k1 = 0; k1 < g.kernel[1]; ++k1) {
-            const int64_t i1 = o1 * g.stride[1] - g.pad[1] + k1 * g.dilation[1];
-            if (i1 < 0 || i1 >= g.in[1]) continue;
-            for (int64_t k2 = 0; k2 < g.kernel[2]; ++k2) {
-              const int64_t i2 = o2 * g.stride[2] - g.pad[2] + k2 * g.dilation[2];
-              if (i2 < 0 || i2 >= g.in[2]) continue;
-              visit(p, (i0 * g.in[1] + i1) * g.in[2] + i2);
-            }
-          }
-        }
+        pool_window::for_each_tap(g, o0, o1, o2, [&](int64_t src) { visit(p, src); });
 }
 
 }  // namespace

@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops/attention_block.h"
 #include "runtime/cuda_context.h"
+#include "runtime/factories.h"
 #include "tests/autograd/op_testing.h"
 
 using namespace shardrt;
@@ -297,11 +299,98 @@ std::vector<Op> spatial_and_index_ops() {
   };
 }
 
+// ---- the models' own call paths (the audit of issue 17's "every op of the models in the table") -----------------
+//
+// Every public op of autograd/ops.h has a row above (view, the one that had none, is here). What the rows above
+// did not reach: the attention block pieces the ring and all-gather attention patches call instead of the op
+// (autograd/ops/attention_block.h: a block's forward with its LSE, the LSE merge, the block backward), zero-size
+// operands as a zero-size shard hands them to the index and copy ops, and the operand layouts the models build
+// (broadcast learned queries, a channels-last grid permuted into a conv, a stride = kernel patch embedding, GALE's
+// slice softmax over a broadcast temperature). Ops with no CUDA kernel: none (docs/gpu.md, "The backend parity
+// table"); the optimizer updates and the neighbour search are not autograd ops and have their own CUDA tests.
+
+// Two K/V blocks of a ring step: each block's forward in two head slices folded into the running (out, lse) by the
+// LSE merge, then each block's backward against the merged result, all flattened into one output. These pieces
+// record no tape node (the patches record their own), so the row compares values only; grad_out and grad_lse are
+// inputs. x: q (B, H, Nq, D), k1, v1, k2, v2, grad_out (BH, Nq, Dv), grad_lse (BH, Nq).
+Tensor ring_attention_blocks(const std::vector<Tensor>& x) {
+  const char* op = "backend parity ring blocks";
+  const Tensor q = x[0].detach().contiguous();
+  const int64_t bh = q.size(0) * q.size(1), nq = q.size(2), dv = x[2].size(-1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto packed = [](const Tensor& k, const Tensor& v) {
+    return cat({k.detach().contiguous().view({-1}), v.detach().contiguous().view({-1})}, 0);
+  };
+  const Tensor kv[2] = {packed(x[1], x[2]), packed(x[3], x[4])};
+  const int64_t nk[2] = {x[1].size(2), x[3].size(2)};
+  const TensorOptions opt{q.dtype(), q.device()};
+  const Tensor acc = zeros({bh, nq, dv}, opt), lse = full({bh, nq}, -std::numeric_limits<double>::infinity(), opt);
+  for (int b = 0; b < 2; ++b)
+    for (const ops_detail::HeadRange heads : {ops_detail::HeadRange{0, 2}, ops_detail::HeadRange{2, bh - 2}}) {
+      const ops_detail::AttentionBlock blk = ops_detail::attention_block(op, q, kv[b], nk[b], dv, scale, heads);
+      ops_detail::merge_attention_block(op, acc.narrow(0, heads.first, heads.count),
+                                        lse.narrow(0, heads.first, heads.count), blk);
+    }
+  const Tensor gout = x[5].detach().contiguous(), glse = x[6].detach().contiguous();
+  std::vector<Tensor> parts = {acc.view({-1}), lse.view({-1})};
+  Tensor gq;
+  for (int b = 0; b < 2; ++b) {
+    const ops_detail::AttentionBlockGrads g =
+        ops_detail::attention_block_backward(op, q, kv[b], nk[b], scale, acc, lse, gout, glse);
+    gq = gq.defined() ? add(gq, g.q) : g.q;
+    parts.push_back(g.kv);
+  }
+  parts.insert(parts.begin() + 2, gq.reshape({-1}));
+  return cat(parts, 0);
+}
+
+// An empty i64 index on x's device.
+Tensor empty_index(const Tensor& x, const Shape& shape) { return indices({}, shape).to(x.device()); }
+
+std::vector<Op> model_path_ops() {
+  using In = const std::vector<Tensor>&;
+  return {
+      {"view then exp", {{6, 10}}, 1e-6, Domain::normal, [](In x) { return exp(view(x[0], {3, 4, 5})); }},
+      {"ring attention blocks: forward in head slices, LSE merge, block backward", {{2, 3, 9, 5}, {2, 3, 6, 5},
+       {2, 3, 6, 7}, {2, 3, 8, 5}, {2, 3, 8, 7}, {6, 9, 7}, {6, 9}}, 1e-5, Domain::normal, ring_attention_blocks},
+      {"attention with learned queries broadcast over the batch (FLARE)", {{1, 2, 4, 8}, {3, 2, 21, 8},
+       {3, 2, 21, 8}}, 1e-5, Domain::normal,
+       [](In x) { return attention_out_and_lse(expand(x[0], {3, 2, 4, 8}), x[1], x[2]); }},
+      {"GALE slice weights: softmax of a linear over a broadcast clamped temperature", {{2, 13, 3, 4}, {5, 4}, {5},
+       {1, 1, 3, 1}}, 1e-5, Domain::positive,
+       [](In x) { return softmax(div(linear(x[0], x[1], x[2]), clamp(x[3], 0.1, 5.0)), -1); }},
+      {"GALE slice tokens: weights transposed against the features, normalised", {{2, 11, 4}, {2, 11, 6}}, 1e-5,
+       Domain::positive,
+       [](In x) {
+         return div(matmul(transpose(x[0], 1, 2), x[1]), add_scalar(unsqueeze(sum(x[0], {1}), -1), 1e-5));
+       }},
+      {"conv2d stride = kernel (the ViT patch embedding), flattened to tokens", {{1, 3, 8, 12}, {6, 3, 4, 4}, {6}},
+       1e-5, Domain::normal, [](In x) { return transpose(reshape(conv2d(x[0], x[1], x[2], 4), {1, 6, 6}), 1, 2); }},
+      {"conv2d 3x3 of a channels-last grid permuted in (structured GeoTransolver)", {{2, 5, 6, 4}, {3, 4, 3, 3},
+       {3}}, 1e-5, Domain::normal,
+       [](In x) { return permute(conv2d(permute(x[0], {0, 3, 1, 2}), x[1], x[2], 1, 1), {0, 2, 3, 1}); }},
+      {"cat with a zero-size part (a zero-size shard)", {{3, 0}, {3, 5}}, 1e-6, Domain::normal,
+       [](In x) { return cat({x[0], mul(x[1], x[1])}, 1); }},
+      {"split with a zero-size part", {{4, 7}}, 1e-6, Domain::normal,
+       [](In x) {
+         const std::vector<Tensor> parts = split(x[0], {0, 7}, 1);
+         return add(sum(parts[0], {1}, true), exp(parts[1]));
+       }},
+      {"index_select with an empty index beside a use of the rows", {{5, 4}}, 1e-6, Domain::normal,
+       [](In x) { return cat({index_select(x[0], 0, empty_index(x[0], {0})), exp(x[0])}, 0); }},
+      {"scatter_add of an empty source", {{5, 4}, {0, 4}}, 1e-6, Domain::normal,
+       [](In x) { return mul(scatter_add(x[0], 0, empty_index(x[0], {0, 4}), x[1]), x[0]); }},
+      {"gather along dim 0 with an empty index beside a use", {{4, 3}}, 1e-6, Domain::normal,
+       [](In x) { return cat({gather(x[0], 0, empty_index(x[0], {0, 3})), tanh(x[0])}, 0); }},
+  };
+}
+
 // Every op of the table once in f32 and once in f64.
 std::vector<ParityCase> parity_cases() {
   std::vector<ParityCase> cases;
   std::vector<Op> table = ops();
   for (Op& op : spatial_and_index_ops()) table.push_back(std::move(op));
+  for (Op& op : model_path_ops()) table.push_back(std::move(op));
   for (const Op& op : table) {
     cases.push_back({std::string(op.name) + " [f32]", op.inputs, DType::f32, op.f32_tol, op.domain, op.fn});
     cases.push_back({std::string(op.name) + " [f64]", op.inputs, DType::f64, kF64Tol, op.domain, op.fn});

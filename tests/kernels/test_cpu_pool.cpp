@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/pool.h"
+#include "kernels/pool_window.h"
 #include "tests/support/compare.h"
 #include "tests/support/reference.h"
 #include "tests/kernels/cpu_kernel_cases.h"
@@ -69,4 +70,39 @@ TEST_CASE("pooling padding: zeros in the average, -inf in the max", "[kernels][c
   cpu::max_pool_forward<double>(g2, negative.data(), max.data(), argmax.data());
   require_close(max, {-1, -1, -2, -3}, 0.0);
   REQUIRE(argmax == std::vector<int64_t>{0, 0, 1, 2});
+}
+
+// The reverse walk the CUDA backwards gather with (kernels/pool_window.h, shared with the device): for every input
+// position, exactly the windows whose forward taps reach it, in increasing output order — the order in which the
+// CPU's scatter over the forward taps adds into it, which is what makes the two backends' sums equal bit for bit.
+TEST_CASE("pool window walk: the windows reaching an input are exactly the forward taps' inverse, in output order",
+          "[kernels][cpu][pool]") {
+  const std::vector<ConvCase> cases = {
+      {1, 1, 1, 1, {9}, {3}, {2}, {1}, {1}},
+      {2, 1, 1, 1, {7, 6}, {3, 2}, {2, 1}, {1, 1}, {1, 2}},
+      {3, 1, 1, 1, {5, 6, 4}, {2, 3, 2}, {1, 2, 2}, {1, 1, 0}, {2, 1, 1}},
+  };
+  namespace pw = shardrt::kernels::pool_window;
+  for (const ConvCase& c : cases) {
+    INFO("nd " << c.nd);
+    const cpu::ConvGeometry g = c.geometry();
+    const int64_t in_vol = pw::volume(g.in), out_vol = pw::volume(g.out);
+    // Forward taps, recorded as the scatter visits them: reached[i] lists the outputs in the order it adds them.
+    std::vector<std::vector<int64_t>> reached(static_cast<size_t>(in_vol));
+    int64_t p = 0, taps = 0;
+    for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+      for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+        for (int64_t o2 = 0; o2 < g.out[2]; ++o2, ++p)
+          pw::for_each_tap(g, o0, o1, o2, [&](int64_t src) { reached[static_cast<size_t>(src)].push_back(p), ++taps; });
+    REQUIRE(p == out_vol);
+    CHECK(taps > out_vol);  // overlapping windows: some input is reached more than once
+    int64_t i = 0;
+    for (int64_t i0 = 0; i0 < g.in[0]; ++i0)
+      for (int64_t i1 = 0; i1 < g.in[1]; ++i1)
+        for (int64_t i2 = 0; i2 < g.in[2]; ++i2, ++i) {
+          std::vector<int64_t> got;
+          pw::for_each_window_reaching(g, i0, i1, i2, [&](int64_t q) { got.push_back(q); });
+          CHECK(got == reached[static_cast<size_t>(i)]);
+        }
+  }
 }

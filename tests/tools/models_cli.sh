@@ -3,7 +3,8 @@
 # (16 x 16, fp64, two small layers each):
 #   1. vit and geotransolver: the same 2 optimizer steps (batch 2) on 1x1, 1x2 and 2x2 give the same loss at every
 #      step and the same validation relative L2 (1e-10 relative); the ViT's 2x2 run draws its plots; the
-#      GeoTransolver stopped after step 1 and resumed equals its uninterrupted 2x2 run bit for bit;
+#      GeoTransolver stopped after step 1 and resumed equals its uninterrupted 2x2 run bit for bit, and its 2x2 run
+#      with optimizer.mode=zero3 gives the 1x1 losses;
 #   2. every run writes --measure (peak bytes within a step, ledger bytes per step per axis) and shardrt-plan --check
 #      must match it: comm bytes exactly, peak bytes within 15 %, per rank — FLARE too, on 1x3 (uneven rows) and
 #      2x2, the ViT on 1x3 (uneven patch rows) as well, and once with optimizer.mode=mesh.
@@ -72,6 +73,26 @@ PY
 done
 for f in loss.png panel.png checkpoint/index.json; do [ -s "$dir/vit_2x2/$f" ] || fail "vit 2x2: no $f"; done
 grep -q "validation relative L2 (darcy, 4 samples)" "$dir/vit_2x2.log" || fail "vit: no final validation line"
+
+# The GeoTransolver under zero3 (its context builder, preprocess Mlp and GALE blocks gathered one at a time) on
+# 2x2: the 1x1 run's losses and validation relative L2. shardrt-plan does not model zero3, so no --check here.
+z="$dir/geo_zero3"
+mpi 4 "$train" --config "$dir/geotransolver.json" --set log.out_dir="$z" --set mesh.ddp=2 --set mesh.domain=2 \
+    --set optimizer.mode=zero3 >"$z.log" || fail "geotransolver zero3 on 2x2 failed: $(cat "$z.log")"
+python3 - "$dir/geotransolver_1x1/metrics.csv" "$z/metrics.csv" <<'PY'
+import csv, sys
+ref, got = (list(csv.DictReader(open(p))) for p in sys.argv[1:])
+if len(got) != len(ref):
+    sys.exit(f"models_cli: geotransolver zero3: {len(got)} rows in metrics.csv, expected {len(ref)}")
+for a, b in zip(ref, got):
+    for col in ("loss", "val_rel_l2"):
+        if a[col] == "" and b[col] == "":
+            continue
+        x, y = float(a[col]), float(b[col])
+        if not (x == x and x > 0 and abs(x - y) <= 1e-10 * abs(x)):
+            sys.exit(f"models_cli: geotransolver zero3 step {a['step']} {col}: {x!r} on 1x1 vs {y!r} on 2x2 zero3")
+print("geotransolver: zero3 on 2x2 equals 1x1; losses", [float(r["loss"]) for r in got])
+PY
 
 # The GeoTransolver stopped after step 1 and resumed: the uninterrupted 2x2 run's losses, bit for bit.
 g="$dir/geo_resume"
