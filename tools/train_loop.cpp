@@ -236,11 +236,13 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
   if (root) {
     std::ofstream(c.out_dir + "/config.json") << c.document.dump(2) << "\n";
     csv = std::make_unique<MetricsCsv>(csv_path, options.resume, resumed.step);
+    const std::string precision = c.autocast ? std::string(dtype_name(c.dtype)) + " masters, " +
+                                                   dtype_name(*c.autocast) + " autocast"
+                                             : dtype_name(c.dtype);
     std::printf("shardrt-train: %s (%lld parameters, %s) on %s; %lld train samples %lldx%lld; batch %lld (%lld per "
                 "micro-batch x %lld); %s loss; %s %s; %lld steps%s\n",
                 c.model_kind.c_str(), static_cast<long long>(model->num_parameters()),
-                c.autocast ? (std::string(dtype_name(c.dtype)) + " masters, " + dtype_name(*c.autocast) + " autocast").c_str()
-                           : dtype_name(c.dtype),
+                precision.c_str(),
                 mesh.str().c_str(), static_cast<long long>(train_manifest.samples), static_cast<long long>(R),
                 static_cast<long long>(R), static_cast<long long>(c.batch_size), static_cast<long long>(c.ddp),
                 static_cast<long long>(micro), loss_name(c.loss), optim::algorithm_name(c.optimizer.algorithm),

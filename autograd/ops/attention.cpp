@@ -79,17 +79,18 @@ std::vector<Tensor> attention_forward(AttentionCtx& ctx, const Tensor& q, const 
   Tensor lse = Tensor::empty(lse_shape, q.dtype(), q.device());
   dispatch_attention("scaled_dot_product_attention", ctx.q, [&](auto tag) {
     using T = decltype(tag);
-    using A = kernels::cuda::AccumT<T>;
+    using A = kernels::cuda::AccumT<T>;  // == T for the CPU's float and double
+    const T *qp = attention_data<T>(ctx.q), *kp = attention_data<T>(ctx.k), *vp = attention_data<T>(ctx.v);
+    T* op = attention_data<T>(out);
+    A* lp = attention_data<A>(lse);
     on_device(
         q,
         [&] {
           if constexpr (kCpuAttention<T>)
-            kernels::cpu::attention_forward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, T(scale), attention_data<T>(ctx.q),
-                                               attention_data<T>(ctx.k), attention_data<T>(ctx.v), attention_data<T>(out), attention_data<T>(lse));
+            kernels::cpu::attention_forward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, T(scale), qp, kp, vp, op, lp);
         },
         [&](CudaStream stream) {
-          kernels::cuda::attention_forward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, A(scale), attention_data<T>(ctx.q),
-                                              attention_data<T>(ctx.k), attention_data<T>(ctx.v), attention_data<T>(out), attention_data<A>(lse),
+          kernels::cuda::attention_forward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, A(scale), qp, kp, vp, op, lp,
                                               stream);
         });
   });
@@ -107,21 +108,21 @@ std::vector<Tensor> attention_backward(AttentionCtx& ctx, const std::vector<Tens
   Tensor gq = empty_like(ctx.q), gk = empty_like(ctx.k), gv = empty_like(ctx.v);
   dispatch_attention("scaled_dot_product_attention", ctx.q, [&](auto tag) {
     using T = decltype(tag);
-    using A = kernels::cuda::AccumT<T>;
+    using A = kernels::cuda::AccumT<T>;  // == T for the CPU's float and double
+    const T *qp = attention_data<T>(ctx.q), *kp = attention_data<T>(ctx.k), *vp = attention_data<T>(ctx.v);
+    const T *op = attention_data<T>(ctx.out), *gop = attention_data<T>(grad_out);
+    const A *lp = attention_data<A>(ctx.lse), *glp = attention_data<A>(grad_lse);
+    T *gqp = attention_data<T>(gq), *gkp = attention_data<T>(gk), *gvp = attention_data<T>(gv);
     on_device(
         grad_out,
         [&] {
           if constexpr (kCpuAttention<T>)
-            kernels::cpu::attention_backward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, T(ctx.scale),
-                                                attention_data<T>(ctx.q), attention_data<T>(ctx.k), attention_data<T>(ctx.v),
-                                                attention_data<T>(ctx.out), attention_data<T>(ctx.lse), attention_data<T>(grad_out),
-                                                attention_data<T>(grad_lse), attention_data<T>(gq), attention_data<T>(gk), attention_data<T>(gv));
+            kernels::cpu::attention_backward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, T(ctx.scale), qp, kp, vp, op,
+                                                lp, gop, glp, gqp, gkp, gvp);
         },
         [&](CudaStream stream) {
-          kernels::cuda::attention_backward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, A(ctx.scale), attention_data<T>(ctx.q),
-                                               attention_data<T>(ctx.k), attention_data<T>(ctx.v), attention_data<T>(ctx.out),
-                                               attention_data<A>(ctx.lse), attention_data<T>(grad_out), attention_data<A>(grad_lse),
-                                               attention_data<T>(gq), attention_data<T>(gk), attention_data<T>(gv), stream);
+          kernels::cuda::attention_backward<T>(ctx.bh, ctx.nq, ctx.nk, ctx.d, ctx.dv, A(ctx.scale), qp, kp, vp, op,
+                                               lp, gop, glp, gqp, gkp, gvp, stream);
         });
   });
   return {gq.to(grad_dtype), gk.to(grad_dtype), gv.to(grad_dtype)};

@@ -45,16 +45,16 @@ AttentionBlock attention_block(const char* op, const Tensor& q_in, const Tensor&
     const T* k = attention_data<T>(kv) + b.first * nk * b.d;
     const T* v = attention_data<T>(kv) + b.bh * nk * b.d + b.first * nk * dv;
     const T* qh = attention_data<T>(q) + b.first * b.nq * b.d;
+    T* out = attention_data<T>(r.out);
+    A* lse = attention_data<A>(r.lse);  // A == T for the CPU's float and double
     on_device(
         q,
         [&] {
           if constexpr (kCpuAttention<T>)
-            kernels::cpu::attention_forward<T>(b.nh, b.nq, nk, b.d, dv, T(scale), qh, k, v, attention_data<T>(r.out),
-                                               attention_data<T>(r.lse));
+            kernels::cpu::attention_forward<T>(b.nh, b.nq, nk, b.d, dv, T(scale), qh, k, v, out, lse);
         },
         [&](CudaStream stream) {
-          kernels::cuda::attention_forward<T>(b.nh, b.nq, nk, b.d, dv, A(scale), qh, k, v, attention_data<T>(r.out),
-                                              attention_data<A>(r.lse), stream);
+          kernels::cuda::attention_forward<T>(b.nh, b.nq, nk, b.d, dv, A(scale), qh, k, v, out, lse, stream);
         });
   });
   r.out = r.out.to(q_in.dtype());
@@ -81,18 +81,20 @@ AttentionBlockGrads attention_block_backward(const char* op, const Tensor& q_in,
     const T* v = attention_data<T>(kv) + b.bh * nk * b.d + b.first * nk * dv;
     T* gk = attention_data<T>(g.kv);
     T* gv = gk + b.nh * nk * b.d;
+    const T *qh = attention_data<T>(q) + qo, *oh = attention_data<T>(out) + oo;
+    const T* goh = attention_data<T>(grad_out) + oo;
+    const A *lh = attention_data<A>(lse) + ro, *glh = attention_data<A>(grad_lse) + ro;  // A == T on the CPU
+    T* gq = attention_data<T>(g.q);
     on_device(
         q,
         [&] {
           if constexpr (kCpuAttention<T>)
-            kernels::cpu::attention_backward<T>(b.nh, b.nq, nk, b.d, dv, T(scale), attention_data<T>(q) + qo, k, v,
-                                                attention_data<T>(out) + oo, attention_data<T>(lse) + ro, attention_data<T>(grad_out) + oo,
-                                                attention_data<T>(grad_lse) + ro, attention_data<T>(g.q), gk, gv);
+            kernels::cpu::attention_backward<T>(b.nh, b.nq, nk, b.d, dv, T(scale), qh, k, v, oh, lh, goh, glh, gq, gk,
+                                                gv);
         },
         [&](CudaStream stream) {
-          kernels::cuda::attention_backward<T>(b.nh, b.nq, nk, b.d, dv, A(scale), attention_data<T>(q) + qo, k, v,
-                                               attention_data<T>(out) + oo, attention_data<A>(lse) + ro, attention_data<T>(grad_out) + oo,
-                                               attention_data<A>(grad_lse) + ro, attention_data<T>(g.q), gk, gv, stream);
+          kernels::cuda::attention_backward<T>(b.nh, b.nq, nk, b.d, dv, A(scale), qh, k, v, oh, lh, goh, glh, gq, gk,
+                                               gv, stream);
         });
   });
   g.q = g.q.to(q_in.dtype());
@@ -107,12 +109,12 @@ void merge_attention_block(const char* op, const Tensor& acc, const Tensor& lse,
     on_device(
         acc,
         [&] {
-          kernels::cpu::attention_merge<T>(rows, dv, attention_data<T>(acc), attention_data<T>(lse), attention_data<T>(block.out),
-                                           attention_data<T>(block.lse));
+          kernels::cpu::attention_merge<T>(rows, dv, acc.data<T>(), lse.data<T>(), block.out.data<T>(),
+                                           block.lse.data<T>());
         },
         [&](CudaStream stream) {
-          kernels::cuda::attention_merge<T>(rows, dv, attention_data<T>(acc), attention_data<T>(lse), attention_data<T>(block.out),
-                                            attention_data<T>(block.lse), stream);
+          kernels::cuda::attention_merge<T>(rows, dv, acc.data<T>(), lse.data<T>(), block.out.data<T>(),
+                                            block.lse.data<T>(), stream);
         });
   });
 }

@@ -111,14 +111,13 @@ struct Scalar {
   }
 };
 
-// C = beta * C for an empty product (K == 0), where there is nothing for cuBLAS to multiply. beta == 0 writes
-// zero bits (0.0 in every float format) so NaN or garbage in C is dropped, as BLAS does.
-void scale_c(cublasHandle_t handle, const BlasTypes& c_types, const GemmShape& s, double beta, void* C,
+// C = beta * C for an empty product (K == 0), where there is nothing for cuBLAS to multiply; `types` are C's.
+// beta == 0 writes zero bits (0.0 in every float format) so NaN or garbage in C is dropped, as BLAS does.
+void scale_c(cublasHandle_t handle, const BlasTypes& types, const GemmShape& s, double beta, void* C,
              cudaStream_t stream) {
   if (beta == 1.0) return;
   const std::size_t elem = dtype_size(s.out_dtype());
   const Scalar scale(beta);
-  const BlasTypes& types = c_types;
   for (int64_t b = 0; b < s.batch; ++b) {
     char* c = static_cast<char*>(C) + b * s.stride_c * static_cast<int64_t>(elem);
     if (beta == 0.0) {

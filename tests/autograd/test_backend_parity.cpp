@@ -526,7 +526,8 @@ std::vector<ParityCase> autocast_cases() {
 
 }  // namespace
 
-TEST_CASE("backend parity: autocast bf16 / f16 rows on cuda:0 match the cpu autocast run", "[backend][cuda][autocast]") {
+TEST_CASE("backend parity: autocast bf16 / f16 rows on cuda:0 match the cpu autocast run",
+          "[backend][cuda][autocast]") {
   const std::vector<ParityCase> cases = autocast_cases();
   // Without a GPU: the rows still show that autocast changes the cpu result (the rounding is applied), so the cuda
   // comparison below compares rounded runs, not two plain f32 ones.

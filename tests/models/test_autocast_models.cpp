@@ -87,7 +87,8 @@ struct Errors {
 Errors errors(const ModelRun& got, const ModelRun& want) {
   Errors e;
   REQUIRE(got.outputs.size() == want.outputs.size());
-  for (size_t k = 0; k < got.outputs.size(); ++k) e.output = std::fmax(e.output, rel_error(got.outputs[k], want.outputs[k].to(DType::f64)));
+  for (size_t k = 0; k < got.outputs.size(); ++k)
+    e.output = std::fmax(e.output, rel_error(got.outputs[k], want.outputs[k].to(DType::f64)));
   REQUIRE(got.input_grads.size() == want.input_grads.size());
   for (const auto& [name, gr] : want.input_grads)
     e.grad = std::fmax(e.grad, rel_error(got.input_grads.at(name), gr.to(DType::f64)));
