@@ -151,6 +151,9 @@ struct ShardedKvCtx {
   double scale = 1;
   Shape q_shape, k_shape, v_shape;
   Tensor q, kv, out, lse;  // q contiguous; kv this rank's packed K/V; out and lse the global result (this rank's rows)
+  // Autocast's bf16/f16 (autograd/autocast.h), chosen in the forward: every block rounds q, K/V and dout to it as
+  // the local op does; what travels stays f32, so the collectives are those of an f32 run.
+  std::optional<DType> compute;
 };
 
 ShardedKvCtx make_ctx(const ShardTensor& q, const ShardTensor& k, const ShardTensor& v, double scale, int axis) {
@@ -163,6 +166,7 @@ ShardedKvCtx make_ctx(const ShardTensor& q, const ShardTensor& k, const ShardTen
   ctx.v_shape = v.local().shape();
   ctx.q = q.local().contiguous().detach();
   ctx.kv = pack_kv(k.local(), v.local(), ctx.g);
+  ctx.compute = ops_detail::autocast_compute({&q.local(), &k.local(), &v.local()});
   return ctx;
 }
 
@@ -205,7 +209,8 @@ std::vector<Tensor> ring_forward(ShardedKvCtx& c) {
     }
     const int64_t nk = c.ek[mod(r - s, p)];
     in_slices(g.bh, {&inflight}, [&](int64_t b0, int64_t nb) {
-      const ops_detail::AttentionBlock blk = ops_detail::attention_block(kOp, c.q, cur, nk, g.dv, c.scale, {b0, nb});
+      const ops_detail::AttentionBlock blk = ops_detail::attention_block(kOp, c.q, cur, nk, g.dv, c.scale, {b0, nb},
+                                                                         c.compute);
       ops_detail::merge_attention_block(kOp, acc.narrow(0, b0, nb), m.narrow(0, b0, nb), blk);
     });
     if (inflight.pending()) inflight.wait();
@@ -223,7 +228,8 @@ std::vector<Tensor> ring_backward(ShardedKvCtx& c, const std::vector<Tensor>& gr
   const Tensor grad_out = grads[0].contiguous(), grad_lse = grads[1].contiguous();
   Tensor gq = zeros({c.q.numel()}, {c.q.dtype(), c.q.device()});
   const Tensor lse = SHARDRT_MUTANT(ring_local_lse)  // test-only bugs: patches/mutants.h
-                         ? ops_detail::attention_block(kOp, c.q, c.kv, c.ek[r], g.dv, c.scale).lse : c.lse;
+                         ? ops_detail::attention_block(kOp, c.q, c.kv, c.ek[r], g.dv, c.scale, {}, c.compute).lse
+                         : c.lse;
   auto scope = comm.ledger().scope(kBackward);
   Tensor cur = c.kv;
   Tensor g_sent, g_recv;  // the dK/dV accumulator last sent, and the one arriving for the next block
@@ -240,7 +246,7 @@ std::vector<Tensor> ring_backward(ShardedKvCtx& c, const std::vector<Tensor>& gr
     in_slices(g.bh, {&kv_inflight, &g_inflight}, [&](int64_t b0, int64_t nb) {
       const ops_detail::AttentionBlockGrads bg = ops_detail::attention_block_backward(
           kOp, c.q, SHARDRT_MUTANT(ring_reuse_first_kv_block) ? c.kv : cur, nk, c.scale, c.out, lse, grad_out,
-          grad_lse, {b0, nb});
+          grad_lse, {b0, nb}, c.compute);
       accumulate_into(gq.narrow(0, b0 * g.nq * g.d, nb * g.nq * g.d), bg.q.view({-1}));
       place_heads(g_blk, bg.kv, g, b0, nb, nk);
     });
@@ -286,7 +292,7 @@ Tensor gather_kv(const ShardedKvCtx& c, const char* label) {
 std::vector<Tensor> all_gather_forward(ShardedKvCtx& c) {
   const Tensor full_kv = gather_kv(c, kForward);
   const ops_detail::AttentionBlock blk =
-      ops_detail::attention_block(kOp, c.q, full_kv, key_count(c.ek), c.g.dv, c.scale);
+      ops_detail::attention_block(kOp, c.q, full_kv, key_count(c.ek), c.g.dv, c.scale, {}, c.compute);
   c.out = blk.out.view(out_shape(c));
   c.lse = blk.lse.view(lse_shape(c));
   return {c.out, c.lse};
@@ -297,7 +303,7 @@ std::vector<Tensor> all_gather_backward(ShardedKvCtx& c, const std::vector<Tenso
   const Tensor grad_out = grads[0].contiguous(), grad_lse = grads[1].contiguous();
   const Tensor full_kv = gather_kv(c, kBackward);
   const ops_detail::AttentionBlockGrads bg = ops_detail::attention_block_backward(
-      kOp, c.q, full_kv, key_count(c.ek), c.scale, c.out, c.lse, grad_out, grad_lse);
+      kOp, c.q, full_kv, key_count(c.ek), c.scale, c.out, c.lse, grad_out, grad_lse, {}, c.compute);
   // Re-pack per owner, then each owner gets the sum over every rank's queries.
   const Tensor packed = regroup_kv(bg.kv, c.g, c.ek, /*by_owner=*/true);
   Tensor mine = Tensor::empty({c.kv.numel()}, packed.dtype(), packed.device());
@@ -314,7 +320,8 @@ std::vector<Tensor> fold_forward(ShardedKvCtx& c) {
   Communicator& comm = patch::axis_comm(c.mesh, c.axis);
   const Dims& g = c.g;
   const int64_t rows = g.bh * g.nq;
-  const ops_detail::AttentionBlock blk = ops_detail::attention_block(kOp, c.q, c.kv, c.ek[comm.rank()], g.dv, c.scale);
+  const ops_detail::AttentionBlock blk = ops_detail::attention_block(kOp, c.q, c.kv, c.ek[comm.rank()], g.dv, c.scale, {},
+                                                                     c.compute);
   const Tensor neg_inf = ops_detail::scalar_like(c.q, -std::numeric_limits<double>::infinity());
   const Tensor zero = ops_detail::scalar_like(c.q, 0.0);
   auto scope = comm.ledger().scope(kForward);
@@ -339,7 +346,7 @@ std::vector<Tensor> fold_backward(ShardedKvCtx& c, const std::vector<Tensor>& gr
   Communicator& comm = patch::axis_comm(c.mesh, c.axis);
   const Tensor grad_out = grads[0].contiguous(), grad_lse = grads[1].contiguous();
   const ops_detail::AttentionBlockGrads bg = ops_detail::attention_block_backward(
-      kOp, c.q, c.kv, c.ek[comm.rank()], c.scale, c.out, c.lse, grad_out, grad_lse);
+      kOp, c.q, c.kv, c.ek[comm.rank()], c.scale, c.out, c.lse, grad_out, grad_lse, {}, c.compute);
   Tensor gq = bg.q.view({-1});
   // This rank's keys contribute part of every query's grad; dK/dV of its own keys are complete.
   {

@@ -124,9 +124,15 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.model_args = doc["model"]["args"];
   c.model_seed = doc["model"]["seed"].get<uint64_t>();
   const std::string precision = doc["precision"].get<std::string>();
-  SHARDRT_CHECK(precision == "f32" || precision == "f64", ValueError, "shardrt-train: precision '", precision,
-                "' must be f32 or f64");
+  SHARDRT_CHECK(precision == "f32" || precision == "f64" || precision == "bf16-autocast" ||
+                    precision == "f16-autocast",
+                ValueError, "shardrt-train: precision '", precision,
+                "' must be f32, f64, bf16-autocast or f16-autocast");
   c.dtype = precision == "f64" ? DType::f64 : DType::f32;
+  // bf16-autocast / f16-autocast: f32 parameters, data and optimizer (the master weights); forward and backward
+  // under an Autocast scope, so the matmul-class ops multiply 16-bit operands with f32 accumulation.
+  if (precision == "bf16-autocast") c.autocast = DType::bf16;
+  if (precision == "f16-autocast") c.autocast = DType::f16;
 
   const json& o = doc["optimizer"];
   c.optimizer = optim::optimizer_config_from_json(o, "shardrt-train");

@@ -6,6 +6,7 @@
 // the exception: it is the model's PhysicsNeMo constructor arguments, which build_model checks itself.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct TrainConfig {
   nlohmann::json model_args;
   uint64_t model_seed = 0;
   DType dtype = DType::f32;  // "precision": f32 or f64 (parameters, data, the loss)
+  // "precision": "bf16-autocast" / "f16-autocast": dtype f32, and forward + backward under Autocast(*autocast)
+  // (autograd/autocast.h). nullopt for f32 and f64.
+  std::optional<DType> autocast;
 
   optim::OptimizerConfig optimizer;  // accumulation_steps is derived (see batch_size)
   double base_lr = 1e-3;

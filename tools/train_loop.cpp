@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 
+#include "autograd/autocast.h"
 #include "autograd/engine.h"
 #include "autograd/tape.h"
 #include "data/loader.h"
@@ -248,9 +249,13 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
     csv = std::make_unique<MetricsCsv>(csv_path, options.resume, resumed.step);
   });
   if (root) {
+    const std::string precision = c.autocast ? std::string(dtype_name(c.dtype)) + " masters, " +
+                                                   dtype_name(*c.autocast) + " autocast"
+                                             : dtype_name(c.dtype);
     std::printf("shardrt-train: %s (%lld parameters, %s) on %s; %lld train samples %lldx%lld; batch %lld (%lld per "
                 "micro-batch x %lld); %s loss; %s %s; %lld steps%s\n",
-                c.model_kind.c_str(), static_cast<long long>(model->num_parameters()), dtype_name(c.dtype),
+                c.model_kind.c_str(), static_cast<long long>(model->num_parameters()),
+                precision.c_str(),
                 mesh.str().c_str(), static_cast<long long>(train_manifest.samples), static_cast<long long>(R),
                 static_cast<long long>(R), static_cast<long long>(c.batch_size), static_cast<long long>(c.ddp),
                 static_cast<long long>(micro), loss_name(c.loss), optim::algorithm_name(c.optimizer.algorithm),
@@ -274,9 +279,15 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
     for (int64_t k = 0; k < micro; ++k) {
       data::DarcyBatch b = train->next();
       epoch = b.epoch;
-      const ShardTensor pred = model->forward(io->inputs(b)).at(0);
-      const ShardTensor loss = training_loss(c, pred, io->target(b));
-      backward(loss.local());
+      ShardTensor loss;
+      {
+        // The autocast precisions: forward and backward in one scope; the optimizer below updates f32 masters.
+        std::optional<Autocast> scope;
+        if (c.autocast) scope.emplace(*c.autocast);
+        const ShardTensor pred = model->forward(io->inputs(b)).at(0);
+        loss = training_loss(c, pred, io->target(b));
+        backward(loss.local());
+      }
       loss_sum += loss.local().item();
       // The optimizer counts micro-batches: every accumulation_steps-th call updates, with the summed grads / k.
       if (k == micro - 1) lr = c.base_lr * opt.current_lr_factor();
@@ -295,6 +306,8 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
     const bool do_log = step % c.log_every == 0 || last || do_val;
     std::optional<double> val_l2;
     if (do_val) {
+      std::optional<Autocast> scope;  // validation computes as training does
+      if (c.autocast) scope.emplace(*c.autocast);
       val_l2 = validate(*model, *io, *val, norm, val_batches, c.panel_sample, last ? &panel : nullptr);
       last_val = *val_l2;
     }

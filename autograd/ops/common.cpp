@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cuda/reduce.h"
 #include "runtime/factories.h"
@@ -30,6 +31,25 @@ void check_compatible(const char* op, std::initializer_list<const Tensor*> ts) {
     check_same_dtype(op, *first, *t);
     check_same_device(op, *first, *t);
   }
+}
+
+std::optional<DType> autocast_compute(std::initializer_list<const Tensor*> inputs) {
+  const std::optional<DType> compute = autocast_dtype();
+  if (!compute) return std::nullopt;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->dtype() != DType::f32) return std::nullopt;
+  return compute;
+}
+
+OperandForm kernel_operand_form(const Tensor& t) {
+  return t.device().is_cpu() ? OperandForm::f32_rounded : OperandForm::sixteen_bit;
+}
+
+Tensor round_operand(const Tensor& t, DType compute, OperandForm form) {
+  SHARDRT_CHECK(t.dtype() == DType::f32, DTypeError, "autocast: only f32 operands are rounded, got ", t.str());
+  // Tensor::to converts with round to nearest even on both devices (runtime/copy.h); widening back is exact.
+  const Tensor narrow16 = t.to(compute);
+  return (form == OperandForm::sixteen_bit ? narrow16 : narrow16.to(DType::f32)).contiguous().detach();
 }
 
 void cpu_kernel_only(const char* op, const Tensor& t, const char* what) {

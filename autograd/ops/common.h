@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -70,6 +71,24 @@ Tensor sum_dim_keep(const Tensor& x, int dim);
 Tensor empty_like(const Tensor& t);
 // A 0-d tensor holding `value` with t's dtype and device (e.g. the zero that `where` selects).
 Tensor scalar_like(const Tensor& t, double value);
+
+// ---- autocast (autograd/autocast.h): the operands of the matmul-class ops ------------------------------------
+// The compute dtype a matmul-class op applies to its inputs: the open Autocast scope's bf16 or f16 when every
+// defined input is f32; nullopt otherwise (outside a scope, and for f64 — the oracle is never rounded). An op calls
+// this once in its forward and keeps the answer in its ctx, so its backward follows the forward's choice.
+std::optional<DType> autocast_compute(std::initializer_list<const Tensor*> inputs);
+
+// How a kernel reads rounded operands. `f32_rounded`: f32 tensors holding values exactly representable in the
+// compute dtype — every CPU kernel (bf16 and f16 values multiply exactly in f32, so an f32 GEMM with f32
+// accumulation over them gives the products a 16-bit GEMM gives) and cuDNN's f32 convolution. `sixteen_bit`:
+// tensors of the compute dtype itself, for the CUDA kernels that read 16-bit storage and accumulate in f32
+// (cuBLAS with CUBLAS_COMPUTE_32F, the bf16/f16 attention kernel).
+enum class OperandForm { f32_rounded, sixteen_bit };
+// The form the GEMM and attention kernels of t's device read: f32_rounded on the CPU, sixteen_bit on CUDA.
+OperandForm kernel_operand_form(const Tensor& t);
+// t (f32) rounded to `compute` (round to nearest even, as runtime/half.h) in `form`: contiguous, without autograd
+// history. The one place an op rounds an operand.
+Tensor round_operand(const Tensor& t, DType compute, OperandForm form);
 
 // ---- (B, C, *spatial) tensors: convolution, pooling, upsampling -------------------------------------------
 // The number of spatial dims of a (B, C, *spatial) tensor, 1-3; ShapeError naming `op` otherwise.

@@ -1,7 +1,15 @@
 // Convolution over 1-3 spatial dims (im2col + GEMM on the CPU, cuDNN on CUDA) and the non-overlapping transposed convolution
 // that turns patch tokens back into a volume. The ctx keeps x and w (what the weight and input grads need)
 // and which inputs want a grad, so that the expensive input grad is skipped for data that needs none.
+//
+// Autocast (autograd/autocast.h), for f32 x and w inside a bf16/f16 scope, conv and conv_transpose alike:
+//   forward   y = conv(round(x), round(w)) + b, accumulated in f32, y f32 (the bias is added in f32);
+//   backward  dx, dw from round(dy) and the operands as saved (rounded), in f32; db = sum of the unrounded dy.
+// Both backends run their f32 convolution over f32-held rounded values (OperandForm::f32_rounded): exact 16-bit
+// products with f32 accumulation on the CPU (im2col + sgemm); on CUDA cuDNN's f32 FMA algorithms over the same
+// values — cuDNN's 16-bit configurations write 16-bit outputs, which autocast's f32 output would round away.
 #include <climits>
+#include <optional>
 
 #include "autograd/function.h"
 #include "autograd/ops.h"
@@ -22,8 +30,9 @@ using kernels::cpu::ConvGeometry;
 
 struct ConvCtx {
   ConvGeometry geometry{};
-  Tensor x, w;  // contiguous, without autograd history
+  Tensor x, w;  // contiguous, without autograd history; rounded under autocast
   bool grad_x = false, grad_w = false, grad_bias = false;
+  std::optional<DType> compute;  // autocast's bf16/f16, chosen in the forward
 };
 
 // The GEMMs the kernels issue take 32-bit sizes and leading dims (see kernels/cpu/gemm.h).
@@ -39,10 +48,15 @@ T* data_or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
-// What both backwards need: the operands, and which of them want a grad.
+// What both backwards need: the operands (rounded under autocast; the forward computes with these too), and which
+// of them want a grad.
 void save_operands(ConvCtx& ctx, const Tensor& x, const Tensor& w, const Tensor& bias) {
-  ctx.x = x.contiguous().detach();
-  ctx.w = w.contiguous().detach();
+  ctx.compute = autocast_compute({&x, &w, &bias});
+  const auto operand = [&](const Tensor& t) {
+    return ctx.compute ? round_operand(t, *ctx.compute, OperandForm::f32_rounded) : t.contiguous().detach();
+  };
+  ctx.x = operand(x);
+  ctx.w = operand(w);
   ctx.grad_x = requires_grad(x);
   ctx.grad_w = requires_grad(w);
   ctx.grad_bias = bias.defined() && requires_grad(bias);
@@ -90,6 +104,12 @@ struct ConvGrads {
   Tensor x, w, bias;
 };
 
+// The backward's dy for dx and dw: rounded under autocast. The bias grad always sums the unrounded dy, so under
+// autocast it is a second kernel call that computes only it.
+Tensor grad_operand(const ConvCtx& ctx, const Tensor& gy) {
+  return ctx.compute ? round_operand(gy, *ctx.compute, OperandForm::f32_rounded) : gy;
+}
+
 ConvGrads allocate_grads(const ConvCtx& ctx) {
   const Tensor& w = ctx.w;
   const TensorOptions like_w{w.dtype(), w.device()};
@@ -99,14 +119,23 @@ ConvGrads allocate_grads(const ConvCtx& ctx) {
 
 std::vector<Tensor> conv_backward(ConvCtx& ctx, const std::vector<Tensor>& grad_outputs) {
   Tensor gy = grad_outputs[0].contiguous();
+  const Tensor gy_op = grad_operand(ctx, gy);
   ConvGrads grads = allocate_grads(ctx);
   dispatch_float("conv", gy, [&](auto tag) {
     using T = decltype(tag);
-    const T *xp = ctx.x.data<T>(), *wp = ctx.w.data<T>(), *gyp = gy.data<T>();
+    const T *xp = ctx.x.data<T>(), *wp = ctx.w.data<T>(), *gyp = gy.data<T>(), *gyp_op = gy_op.data<T>();
     T *gx = data_or_null<T>(grads.x), *gw = data_or_null<T>(grads.w), *gb = data_or_null<T>(grads.bias);
-    on_device(
-        gy, [&] { kernels::cpu::conv_backward<T>(ctx.geometry, xp, wp, gyp, gx, gw, gb); },
-        [&](CudaStream s) { kernels::cuda::conv_backward<T>(ctx.geometry, xp, wp, gyp, gx, gw, gb, s); });
+    const auto backward = [&](const T* dy, T* dx, T* dw, T* db) {
+      on_device(
+          gy, [&] { kernels::cpu::conv_backward<T>(ctx.geometry, xp, wp, dy, dx, dw, db); },
+          [&](CudaStream s) { kernels::cuda::conv_backward<T>(ctx.geometry, xp, wp, dy, dx, dw, db, s); });
+    };
+    if (gyp_op == gyp) {
+      backward(gyp, gx, gw, gb);
+    } else {
+      if (gx || gw) backward(gyp_op, gx, gw, nullptr);
+      if (gb) backward(gyp, nullptr, nullptr, gb);
+    }
   });
   return {grads.x, grads.w, grads.bias};
 }
@@ -149,16 +178,25 @@ Tensor conv_transpose_forward(ConvCtx& ctx, const Tensor& x, const Tensor& w, co
 
 std::vector<Tensor> conv_transpose_backward(ConvCtx& ctx, const std::vector<Tensor>& grad_outputs) {
   Tensor gy = grad_outputs[0].contiguous();
+  const Tensor gy_op = grad_operand(ctx, gy);
   ConvGrads grads = allocate_grads(ctx);
   dispatch_float("conv_transpose", gy, [&](auto tag) {
     using T = decltype(tag);
-    const T *xp = ctx.x.data<T>(), *wp = ctx.w.data<T>(), *gyp = gy.data<T>();
+    const T *xp = ctx.x.data<T>(), *wp = ctx.w.data<T>(), *gyp = gy.data<T>(), *gyp_op = gy_op.data<T>();
     T *gx = data_or_null<T>(grads.x), *gw = data_or_null<T>(grads.w), *gb = data_or_null<T>(grads.bias);
-    on_device(
-        gy, [&] { kernels::cpu::conv_transpose_patch_backward<T>(ctx.geometry, xp, wp, gyp, gx, gw, gb); },
-        [&](CudaStream s) {
-          kernels::cuda::conv_transpose_patch_backward<T>(ctx.geometry, xp, wp, gyp, gx, gw, gb, s);
-        });
+    const auto backward = [&](const T* dy, T* dx, T* dw, T* db) {
+      on_device(
+          gy, [&] { kernels::cpu::conv_transpose_patch_backward<T>(ctx.geometry, xp, wp, dy, dx, dw, db); },
+          [&](CudaStream s) {
+            kernels::cuda::conv_transpose_patch_backward<T>(ctx.geometry, xp, wp, dy, dx, dw, db, s);
+          });
+    };
+    if (gyp_op == gyp) {
+      backward(gyp, gx, gw, gb);
+    } else {
+      if (gx || gw) backward(gyp_op, gx, gw, nullptr);
+      if (gb) backward(gyp, nullptr, nullptr, gb);
+    }
   });
   return {grads.x, grads.w, grads.bias};
 }

@@ -5,6 +5,15 @@
 // operand instead folds the batch into the rows of one GEMM) and an operand broadcast along only some batch dims is
 // expanded to the full batch first. A 1-D left operand is a 1 x K row and a 1-D right operand a K x 1 column;
 // those unit dims are dropped from the result.
+//
+// Autocast (autograd/autocast.h), for f32 inputs inside a bf16/f16 scope:
+//   forward   C = round(A) round(B), accumulated in f32, C f32 (linear: y = round(x) round(W)^T + b, the bias
+//             added in f32 — it is no product operand);
+//   backward  dA = round(dC) round(B)^T and dB = round(A)^T round(dC) with the operands as the forward saved them
+//             (already rounded), accumulated in f32, grads f32; linear's db = sum of the unrounded dy.
+// round() is ops_detail::round_operand; on the CPU its f32-held values feed the f32 GEMM (exactly the products of
+// a 16-bit GEMM with f32 accumulation: 8- and 11-bit significands multiply exactly in f32); on CUDA the 16-bit
+// tensors go to cuBLAS with f32 output (kernels::cuda::gemm_strided_batched_mixed).
 #include <algorithm>
 #include <climits>
 
@@ -30,6 +39,7 @@ struct Gemm {
   double beta = 0.0;
 };
 
+// A and B have C's dtype, or (autocast on CUDA) are both bf16 or both f16 with C f32.
 void launch_gemm(const char* name, const Gemm& g, const Tensor& A, const Tensor& B, const Tensor& C) {
   for (int64_t v : {g.M, g.N, g.K, g.lda, g.ldb, g.ldc})
     SHARDRT_CHECK(v <= INT_MAX, ShapeError, name, ": a matrix dimension of ", v, " exceeds the 32-bit BLAS limit (",
@@ -46,6 +56,12 @@ void launch_gemm(const char* name, const Gemm& g, const Tensor& A, const Tensor&
                                         g.stride_c);
         },
         [&](CudaStream s) {
+          if (A.dtype() != C.dtype()) {
+            kernels::cuda::gemm_strided_batched_mixed(A.dtype(), g.trans_a, g.trans_b, g.M, g.N, g.K, 1.0,
+                                                      A.raw_data(), lda, B.raw_data(), ldb, g.beta, C.data<float>(),
+                                                      ldc, g.batch, g.stride_a, g.stride_b, g.stride_c, s);
+            return;
+          }
           kernels::cuda::gemm_strided_batched(C.dtype(), g.trans_a, g.trans_b, g.M, g.N, g.K, 1.0, A.raw_data(), lda,
                                               B.raw_data(), ldb, g.beta, C.raw_data(), ldc, g.batch, g.stride_a,
                                               g.stride_b, g.stride_c, s);
@@ -64,10 +80,11 @@ struct BatchOperand {
   bool needs_grad = false;
 };
 
-BatchOperand prepare_operand(const Tensor& t, bool left, const Shape& batch_shape) {
+// `t` is the operand as given, or its rounded copy under autocast (which carries no grad flag: needs_grad says).
+BatchOperand prepare_operand(const Tensor& t, bool needs_grad, bool left, const Shape& batch_shape) {
   BatchOperand op;
   op.shape = t.shape();
-  op.needs_grad = requires_grad(t);
+  op.needs_grad = needs_grad;
   Tensor m = t;
   if (t.dim() == 1) m = left ? t.unsqueeze(0) : t.unsqueeze(1);
   op.matrix_shape = m.shape();
@@ -102,6 +119,8 @@ struct MatmulCtx {
   BatchOperand a, b;  // a.mats saved only when b needs grad, and vice versa
   Shape batch_shape;
   int64_t batch = 0, M = 0, N = 0, K = 0;
+  DType out_dtype = DType::f32;
+  std::optional<DType> compute;  // autocast's bf16/f16, chosen in the forward
 };
 
 Tensor matmul_forward(MatmulCtx& ctx, const char* name, const Tensor& a, const Tensor& b) {
@@ -121,8 +140,13 @@ Tensor matmul_forward(MatmulCtx& ctx, const char* name, const Tensor& a, const T
   ctx.M = a.dim() == 1 ? 1 : a.size(-2);
   ctx.N = b.dim() == 1 ? 1 : b.size(-1);
   ctx.K = K;
-  ctx.a = prepare_operand(a, true, ctx.batch_shape);
-  ctx.b = prepare_operand(b, false, ctx.batch_shape);
+  ctx.out_dtype = a.dtype();
+  ctx.compute = autocast_compute({&a, &b});
+  const auto operand = [&](const Tensor& t) {
+    return ctx.compute ? round_operand(t, *ctx.compute, kernel_operand_form(t)) : t;
+  };
+  ctx.a = prepare_operand(operand(a), requires_grad(a), true, ctx.batch_shape);
+  ctx.b = prepare_operand(operand(b), requires_grad(b), false, ctx.batch_shape);
 
   Tensor c = Tensor::empty({ctx.batch, ctx.M, ctx.N}, a.dtype(), a.device());
   Gemm g;
@@ -151,11 +175,12 @@ Tensor matmul_forward(MatmulCtx& ctx, const char* name, const Tensor& a, const T
 
 std::vector<Tensor> matmul_backward(MatmulCtx& ctx, const std::vector<Tensor>& grad_outputs) {
   const int64_t B = ctx.batch, M = ctx.M, N = ctx.N, K = ctx.K;
-  const Tensor gc = grad_outputs[0].contiguous().reshape({B, M, N});
+  Tensor gc = grad_outputs[0].contiguous().reshape({B, M, N});
+  if (ctx.compute) gc = round_operand(gc, *ctx.compute, kernel_operand_form(gc));
   std::vector<Tensor> grads(2);
   if (ctx.a.needs_grad) {
     // dA[i] = dC[i] B[i]^T, computed for every batch entry and summed when A is shared.
-    Tensor ga = Tensor::empty({B, M, K}, gc.dtype(), gc.device());
+    Tensor ga = Tensor::empty({B, M, K}, ctx.out_dtype, gc.device());
     Gemm g;
     g.trans_b = true;
     g.N = K, g.K = N;
@@ -177,11 +202,11 @@ std::vector<Tensor> matmul_backward(MatmulCtx& ctx, const std::vector<Tensor>& g
     Tensor gb;
     if (ctx.b.shared) {
       // dB = sum_i A[i]^T dC[i] = A_flat^T dC_flat over all B * M rows: one GEMM.
-      gb = Tensor::empty({1, K, N}, gc.dtype(), gc.device());
+      gb = Tensor::empty({1, K, N}, ctx.out_dtype, gc.device());
       g.M = K, g.N = N, g.K = B * M;
     } else {
       // dB[i] = A[i]^T dC[i] (A shared: stride 0).
-      gb = Tensor::empty({B, K, N}, gc.dtype(), gc.device());
+      gb = Tensor::empty({B, K, N}, ctx.out_dtype, gc.device());
       g.M = K, g.N = N, g.K = M;
       g.batch = B, g.stride_a = ctx.a.shared ? 0 : M * K, g.stride_b = M * N, g.stride_c = K * N;
     }
@@ -205,13 +230,15 @@ struct LinearCtx {
   Shape x_shape;
   int64_t rows = 0, in = 0, out = 0;
   bool x_needs_grad = false, weight_needs_grad = false, bias_needs_grad = false;
+  DType out_dtype = DType::f32;
+  std::optional<DType> compute;  // autocast's bf16/f16, chosen in the forward
 };
 
 // y = x W^T + b in one cuBLASLt GEMM with a bias epilogue, for f32 CUDA tensors (the bias is not written
 // into y first and read back by the GEMM). False, with nothing queued, where cuBLASLt has no such algorithm.
 bool linear_with_fused_bias(const LinearCtx& ctx, const Tensor& x2, const Tensor& w, const Tensor& bias,
                             const Tensor& y) {
-  if (x2.device().is_cpu() || y.dtype() != DType::f32) return false;
+  if (x2.device().is_cpu() || y.dtype() != DType::f32 || x2.dtype() != y.dtype()) return false;
   const Tensor b = bias.contiguous();
   bool done = false;
   on_device(
@@ -241,8 +268,14 @@ Tensor linear_forward(LinearCtx& ctx, const Tensor& x, const Tensor& weight, con
   ctx.x_needs_grad = requires_grad(x);
   ctx.weight_needs_grad = requires_grad(weight);
   ctx.bias_needs_grad = bias.defined() && requires_grad(bias);
+  ctx.out_dtype = x.dtype();
+  ctx.compute = autocast_compute({&x, &weight, &bias});
   Tensor x2 = x.contiguous().reshape({ctx.rows, ctx.in});
   Tensor w = weight.contiguous();
+  if (ctx.compute) {
+    x2 = round_operand(x2, *ctx.compute, kernel_operand_form(x2));
+    w = round_operand(w, *ctx.compute, kernel_operand_form(w));
+  }
 
   // y = x W^T + b: the bias rows are written first and the GEMM adds onto them (beta = 1).
   Tensor y = Tensor::empty({ctx.rows, ctx.out}, x.dtype(), x.device());
@@ -267,24 +300,26 @@ Tensor linear_forward(LinearCtx& ctx, const Tensor& x, const Tensor& weight, con
 
 std::vector<Tensor> linear_backward(LinearCtx& ctx, const std::vector<Tensor>& grad_outputs) {
   const Tensor gy = grad_outputs[0].contiguous().reshape({ctx.rows, ctx.out});
+  // The grad GEMMs' dy: rounded under autocast (the bias grad sums the unrounded one).
+  const Tensor gy_op = ctx.compute ? round_operand(gy, *ctx.compute, kernel_operand_form(gy)) : gy;
   std::vector<Tensor> grads(3);
   if (ctx.x_needs_grad) {
     // dx = dy W
-    Tensor gx = Tensor::empty({ctx.rows, ctx.in}, gy.dtype(), gy.device());
+    Tensor gx = Tensor::empty({ctx.rows, ctx.in}, ctx.out_dtype, gy.device());
     Gemm g;
     g.M = ctx.rows, g.N = ctx.in, g.K = ctx.out;
     g.lda = ctx.out, g.ldb = ctx.in, g.ldc = ctx.in;
-    launch_gemm("linear", g, gy, ctx.weight, gx);
+    launch_gemm("linear", g, gy_op, ctx.weight, gx);
     grads[0] = gx.view(ctx.x_shape);
   }
   if (ctx.weight_needs_grad) {
     // dW = dy^T x, one GEMM over all leading dims of x flattened into rows.
-    Tensor gw = Tensor::empty({ctx.out, ctx.in}, gy.dtype(), gy.device());
+    Tensor gw = Tensor::empty({ctx.out, ctx.in}, ctx.out_dtype, gy.device());
     Gemm g;
     g.trans_a = true;
     g.M = ctx.out, g.N = ctx.in, g.K = ctx.rows;
     g.lda = ctx.out, g.ldb = ctx.in, g.ldc = ctx.in;
-    launch_gemm("linear", g, gy, ctx.x2, gw);
+    launch_gemm("linear", g, gy_op, ctx.x2, gw);
     grads[1] = gw;
   }
   if (ctx.bias_needs_grad) grads[2] = sum_dim_keep(gy, 0).reshape({ctx.out});

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,12 +32,16 @@ struct DeviceBlas {
 
 // The problem as the error messages describe it.
 struct GemmShape {
-  DType dtype;
+  DType dtype;  // of A and B, and of C unless c_dtype says otherwise
   bool trans_a, trans_b;
   int64_t M, N, K, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
+  std::optional<DType> c_dtype{};  // f32 for the mixed (autocast) GEMM
+
+  DType out_dtype() const { return c_dtype.value_or(dtype); }
 
   std::string str() const {
-    std::string s = detail::concat(dtype_name(dtype), " M=", M, " N=", N, " K=", K, " trans_a=", trans_a,
+    std::string s = detail::concat(dtype_name(dtype), c_dtype ? detail::concat(" -> ", dtype_name(*c_dtype)) : "",
+                                   " M=", M, " N=", N, " K=", K, " trans_a=", trans_a,
                                    " trans_b=", trans_b, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
     if (batch != 1) {
       s += detail::concat(" batch=", batch, " stride_a=", stride_a, " stride_b=", stride_b, " stride_c=", stride_c);
@@ -106,12 +111,12 @@ struct Scalar {
   }
 };
 
-// C = beta * C for an empty product (K == 0), where there is nothing for cuBLAS to multiply. beta == 0 writes
-// zero bits (0.0 in every float format) so NaN or garbage in C is dropped, as BLAS does.
+// C = beta * C for an empty product (K == 0), where there is nothing for cuBLAS to multiply; `types` are C's.
+// beta == 0 writes zero bits (0.0 in every float format) so NaN or garbage in C is dropped, as BLAS does.
 void scale_c(cublasHandle_t handle, const BlasTypes& types, const GemmShape& s, double beta, void* C,
              cudaStream_t stream) {
   if (beta == 1.0) return;
-  const std::size_t elem = dtype_size(s.dtype);
+  const std::size_t elem = dtype_size(s.out_dtype());
   const Scalar scale(beta);
   for (int64_t b = 0; b < s.batch; ++b) {
     char* c = static_cast<char*>(C) + b * s.stride_c * static_cast<int64_t>(elem);
@@ -134,11 +139,13 @@ void scale_c(cublasHandle_t handle, const BlasTypes& types, const GemmShape& s, 
 void run_gemm(const GemmShape& s, double alpha, const void* A, const void* B, double beta, void* C,
               cudaStream_t stream) {
   const BlasTypes types = blas_types(s.dtype);
+  // The mixed GEMM writes f32 C from 16-bit A and B; cuBLAS takes that combination with CUBLAS_COMPUTE_32F.
+  const BlasTypes c_types = blas_types(s.out_dtype());
   if (s.M == 0 || s.N == 0 || s.batch == 0) return;
   std::unique_lock<std::mutex> lock;
   DeviceBlas& blas = blas_for(stream, lock, s);
   if (s.K == 0) {
-    scale_c(blas.handle, types, s, beta, C, stream);
+    scale_c(blas.handle, c_types, s, beta, C, stream);
     return;
   }
   // cuBLAS is column-major, and a row-major matrix is its transpose seen column-major. So the row-major
@@ -149,13 +156,13 @@ void run_gemm(const GemmShape& s, double alpha, const void* A, const void* B, do
   const Scalar a(alpha), b(beta);
   if (s.batch == 1) {
     check_blas(cublasGemmEx_64(blas.handle, op_b, op_a, s.N, s.M, s.K, a.ptr(types.scalar), B, types.storage, s.ldb,
-                               A, types.storage, s.lda, b.ptr(types.scalar), C, types.storage, s.ldc, types.compute,
+                               A, types.storage, s.lda, b.ptr(types.scalar), C, c_types.storage, s.ldc, types.compute,
                                CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx_64", s);
   } else {
     check_blas(cublasGemmStridedBatchedEx_64(blas.handle, op_b, op_a, s.N, s.M, s.K, a.ptr(types.scalar), B,
                                              types.storage, s.ldb, s.stride_b, A, types.storage, s.lda, s.stride_a,
-                                             b.ptr(types.scalar), C, types.storage, s.ldc, s.stride_c, s.batch,
+                                             b.ptr(types.scalar), C, c_types.storage, s.ldc, s.stride_c, s.batch,
                                              types.compute, CUBLAS_GEMM_DEFAULT),
                "cublasGemmStridedBatchedEx_64", s);
   }
@@ -173,6 +180,17 @@ void gemm_strided_batched(DType dtype, bool trans_a, bool trans_b, int64_t M, in
                           int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c, cudaStream_t stream) {
   run_gemm({dtype, trans_a, trans_b, M, N, K, lda, ldb, ldc, batch, stride_a, stride_b, stride_c}, alpha, A, B, beta,
            C, stream);
+}
+
+void gemm_strided_batched_mixed(DType operand_dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                double alpha, const void* A, int64_t lda, const void* B, int64_t ldb, double beta,
+                                float* C, int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b,
+                                int64_t stride_c, cudaStream_t stream) {
+  SHARDRT_CHECK(operand_dtype == DType::bf16 || operand_dtype == DType::f16, DTypeError,
+                "gemm_strided_batched_mixed: operands must be bf16 or f16 (f32 output), got ",
+                dtype_name(operand_dtype));
+  run_gemm({operand_dtype, trans_a, trans_b, M, N, K, lda, ldb, ldc, batch, stride_a, stride_b, stride_c, DType::f32},
+           alpha, A, B, beta, C, stream);
 }
 
 }  // namespace shardrt::kernels::cuda

@@ -21,4 +21,12 @@ void gemm_strided_batched(DType dtype, bool trans_a, bool trans_b, int64_t M, in
                           const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc,
                           int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c, CudaStream stream);
 
+// The autocast GEMM (autograd/autocast.h): A and B in `operand_dtype` (bf16 or f16), C in f32, products
+// accumulated in f32 (CUBLAS_COMPUTE_32F), alpha and beta in f32. Otherwise as gemm_strided_batched; an operand
+// dtype other than bf16/f16 throws DTypeError.
+void gemm_strided_batched_mixed(DType operand_dtype, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                double alpha, const void* A, int64_t lda, const void* B, int64_t ldb, double beta,
+                                float* C, int64_t ldc, int64_t batch, int64_t stride_a, int64_t stride_b,
+                                int64_t stride_c, CudaStream stream);
+
 }  // namespace shardrt::kernels::cuda

@@ -158,6 +158,11 @@ void gemm_strided_batched(DType, bool, bool, int64_t, int64_t, int64_t, double, 
                           int64_t, double, void*, int64_t, int64_t, int64_t, int64_t, int64_t, CudaStream) {
   unavailable("gemm_strided_batched");
 }
+void gemm_strided_batched_mixed(DType, bool, bool, int64_t, int64_t, int64_t, double, const void*, int64_t,
+                                const void*, int64_t, double, float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                CudaStream) {
+  unavailable("gemm_strided_batched_mixed");
+}
 
 // ---- gemm_lt.h ----
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/ops/attention_block.h"
 #include "runtime/cuda_context.h"
 #include "runtime/factories.h"
@@ -559,4 +560,92 @@ TEST_CASE("backend parity harness: a rerun agrees exactly; a wrong output, grad 
   Run wrong_shape = want;
   wrong_shape.out = want.out.reshape({33, 7});
   CHECK_THAT(mismatch(wrong_shape, want, 1e-5), Catch::Contains("has shape"));
+}
+
+// ---- autocast rows (autograd/autocast.h): the matmul-class ops under bf16 / f16, cuda:0 against the cpu ----------
+// Both backends run the same rule: operands (and, in backward, grad_output) rounded to the compute dtype, products
+// accumulated in f32, f32 results. The cpu multiplies f32-held rounded values; cuda hands 16-bit operands to
+// cuBLAS (CUBLAS_COMPUTE_32F) and to the 16-bit attention kernel, and runs cuDNN's f32 convolution over the rounded
+// values. So GEMM and conv rows differ only by f32 summation order (1e-5, as the f32 rows); attention on cuda also
+// writes out and the grads through 16-bit storage (one rounding, u = 2^-8 bf16 / 2^-11 f16, relative) and
+// rounds out again for its backward's row sums: 4u.
+
+namespace {
+
+struct AutocastRow {
+  const char* name;
+  std::vector<Shape> inputs;
+  bool attention;  // 4u instead of the f32 summation tolerance
+  CaseFn fn;
+};
+
+std::vector<AutocastRow> autocast_rows() {
+  using In = const std::vector<Tensor>&;
+  return {
+      {"matmul", {{3, 17, 24}, {24, 19}}, false, [](In x) { return matmul(x[0], x[1]); }},
+      {"matmul broadcast", {{2, 1, 9, 16}, {3, 16, 11}}, false, [](In x) { return matmul(x[0], x[1]); }},
+      {"bmm", {{4, 13, 20}, {4, 20, 7}}, false, [](In x) { return bmm(x[0], x[1]); }},
+      {"linear", {{2, 9, 32}, {24, 32}, {24}}, false, [](In x) { return linear(x[0], x[1], x[2]); }},
+      {"attention", {{2, 3, 40, 32}, {2, 3, 56, 32}, {2, 3, 56, 32}}, true,
+       [](In x) { return attention_out_and_lse(x[0], x[1], x[2]); }},
+      {"conv1d", {{2, 4, 23}, {6, 4, 3}, {6}}, false, [](In x) { return conv1d(x[0], x[1], x[2], 2, 1); }},
+      {"conv2d", {{2, 3, 11, 9}, {5, 3, 3, 3}, {5}}, false, [](In x) { return conv2d(x[0], x[1], x[2], 1, 1); }},
+      {"conv3d", {{1, 2, 6, 5, 4}, {3, 2, 3, 3, 3}, {3}}, false, [](In x) { return conv3d(x[0], x[1], x[2], 1, 1); }},
+  };
+}
+
+// One autocast row as a ParityCase in f32, its fn run inside Autocast(compute).
+ParityCase autocast_case(const AutocastRow& row, DType compute) {
+  const double u = compute == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  CaseFn fn = [compute, f = row.fn](const std::vector<Tensor>& x) {
+    Autocast scope(compute);
+    return f(x);
+  };
+  return {std::string(row.name) + " [autocast " + dtype_name(compute) + "]", row.inputs, DType::f32,
+          row.attention ? 4 * u : 1e-5, Domain::normal, fn};
+}
+
+// The backward runs outside fn's scope: each op's backward follows its forward's choice (autograd/autocast.h).
+std::vector<ParityCase> autocast_cases() {
+  std::vector<ParityCase> cases;
+  for (const AutocastRow& row : autocast_rows())
+    for (DType dt : {DType::bf16, DType::f16}) cases.push_back(autocast_case(row, dt));
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("backend parity: autocast bf16 / f16 rows on cuda:0 match the cpu autocast run",
+          "[backend][cuda][autocast]") {
+  const std::vector<ParityCase> cases = autocast_cases();
+  // Without a GPU: the rows still show that autocast changes the cpu result (the rounding is applied), so the cuda
+  // comparison below compares rounded runs, not two plain f32 ones.
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ParityCase& c = cases[i];
+    INFO("case " << c.name);
+    const std::vector<Tensor> inputs = case_inputs(c, case_seed(500 + i));
+    const Run scoped = run_case(c, inputs, case_seed(500 + i) + 1, DType::f32, Device::cpu());
+    ParityCase plain = c;
+    plain.fn = autocast_rows()[i / 2].fn;
+    const Run f32 = run_case(plain, inputs, case_seed(500 + i) + 1, DType::f32, Device::cpu());
+    CHECK(!mismatch(scoped, f32, 1e-7).empty());
+  }
+  if (!cuda_available()) {
+    WARN("skipped: no CUDA device; the " << cases.size() << " autocast rows ran on the cpu only");
+    return;
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ParityCase& c = cases[i];
+    INFO("case " << c.name);
+    const std::vector<Tensor> inputs = case_inputs(c, case_seed(500 + i));
+    const Run want = run_case(c, inputs, case_seed(500 + i) + 1, DType::f32, Device::cpu());
+    std::string why;
+    try {
+      why = mismatch(run_case(c, inputs, case_seed(500 + i) + 1, DType::f32, Device::cuda(0)), want, c.tol);
+    } catch (const std::exception& e) {
+      why = std::string("threw on cuda: ") + e.what();
+    }
+    INFO(why);
+    CHECK(why.empty());
+  }
 }

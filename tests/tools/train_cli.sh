@@ -6,7 +6,8 @@
 #   2. 5 steps + checkpoint, then a new process with --resume for 5 more, equals the uninterrupted 10 steps bit for
 #      bit: every tensor of the two final checkpoints (parameters and optimizer state) and the CSV's %.17g losses, 2x2;
 #   3. a misspelt config key stops every rank with the same message and a non-zero exit;
-#   4. the CSV, the loss plot and the panel are written.
+#   4. the CSV, the loss plot and the panel are written;
+#   5. "precision": "bf16-autocast" trains (the loss goes down, near the f32 run's).
 #   train_cli.sh GEN TRAIN MPIEXEC
 set -euo pipefail
 gen=$1 train=$2 mpiexec=$3
@@ -80,6 +81,30 @@ for x, y in zip(a, b):
 print(f"{sys.argv[3]}: 1x1 and 2x2 agree", [float(r["loss"]) for r in a])
 PY
 done
+
+# bf16 autocast (f32 master parameters, 16-bit products): the loss goes down over 6 steps on 1 rank and follows
+# the f32 run's within 5 % (bf16's u = 2^-8 per product, through two FLARE layers); an unknown precision is refused.
+for p in f32 bf16-autocast; do
+  mpi 1 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/ac-$p" --set precision=$p --set steps=6 \
+      --set validation.every=0 >"$dir/ac-$p.log"
+done
+grep -q "f32 masters, bf16 autocast" "$dir/ac-bf16-autocast.log" || fail "no autocast banner: $(cat "$dir/ac-bf16-autocast.log")"
+python3 - "$dir/ac-f32/metrics.csv" "$dir/ac-bf16-autocast/metrics.csv" <<'PY'
+import csv, sys
+f32, bf16 = ([float(r["loss"]) for r in csv.DictReader(open(p))] for p in sys.argv[1:3])
+if not all(l == l and 0 < l < 10 for l in bf16) or bf16[-1] >= bf16[0]:
+    sys.exit(f"train_cli: the bf16-autocast loss did not go down over 6 steps: {bf16}")
+if f32 == bf16:
+    sys.exit("train_cli: bf16-autocast gave the f32 losses bit for bit: autocast did nothing")
+worst = max(abs(a - b) / a for a, b in zip(f32, bf16))
+if worst > 0.05:
+    sys.exit(f"train_cli: bf16-autocast losses {bf16} are more than 5 % from f32's {f32}")
+print(f"bf16-autocast: losses {bf16}, at most {worst:.2e} relative from f32")
+PY
+if mpi 1 "$train" --config "$dir/tiny.json" --set precision=bf16 >/dev/null 2>"$dir/prec.err"; then
+  fail "precision bf16 (not an autocast precision) was accepted"
+fi
+grep -q "bf16-autocast or f16-autocast" "$dir/prec.err" || fail "unexpected message: $(cat "$dir/prec.err")"
 
 # A diverging run (f32, a huge learning rate): every rank stops at the first non-finite loss, with one message.
 if mpi 2 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/nan" --set mesh.domain=2 --set precision=f32 \
