@@ -149,6 +149,13 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
        [&] { const int64_t st[2] = {3, 0}; return wrap(scratch, SHARDRT_F64, 2, shape2, st, 0, -1, 0); }, "stride 0"},
       {"wrap: a negative stride", SHARDRT_ERR_SHAPE,
        [&] { const int64_t st[2] = {3, -1}; return wrap(scratch, SHARDRT_F64, 2, shape2, st, 0, -1, 0); }, "negative"},
+      // Found by the capi fuzz target: the span of a stride of 2^62 over 3 elements overflowed int64 (UB).
+      {"wrap: strides whose span overflows", SHARDRT_ERR_SHAPE,
+       [&] { const int64_t st[2] = {int64_t{1} << 62, 1}; return wrap(scratch, SHARDRT_F64, 2, shape2, st, 0, -1, 0); },
+       "2^63"},
+      {"wrap: extents whose default strides overflow", SHARDRT_ERR_SHAPE,
+       [&] { const int64_t sh[3] = {0, int64_t{1} << 62, 8}; return wrap(scratch, SHARDRT_F64, 3, sh, nullptr, 0, -1, 0); },
+       "2^63"},
       {"wrap: layout 5", SHARDRT_ERR_VALUE, [&] { return wrap(scratch, SHARDRT_F64, 2, shape2, nullptr, 5, -1, 0); },
        "layout"},
       {"wrap: copy flags 9", SHARDRT_ERR_VALUE, [&] { return wrap(scratch, SHARDRT_F64, 2, shape2, nullptr, 0, -1, 9); },
