@@ -67,6 +67,18 @@ Device resolve_device(const void* data, int device, const char* fn) {
 // No two elements may share an address: with the dims of extent > 1 ordered by stride, each stride must step over
 // everything the smaller ones span. (That is sufficient; exotic interleavings that never collide are refused too,
 // which no simulation array needs.)
+// a * b + c, or a ShapeError: extents and strides the caller declares can be anything up to 2^63 - 1, and their
+// span must be computed without signed overflow (found by the capi fuzz target: a stride of 2^62 times extent 3).
+int64_t span_step(int64_t a, int64_t b, int64_t c, const int64_t* shape, const int64_t* strides, int ndim,
+                  const char* fn) {
+  int64_t ab = 0, r = 0;
+  const bool overflow = __builtin_mul_overflow(a, b, &ab) || __builtin_add_overflow(ab, c, &r);
+  SHARDRT_CHECK(!overflow, ShapeError, fn, ": shape ", list(shape, ndim),
+                strides ? " with strides " + list(strides, ndim) : std::string(),
+                " spans more than 2^63 elements of memory; no array is that large");
+  return r;
+}
+
 void check_no_overlap(const int64_t* shape, const int64_t* strides, int ndim, const char* fn) {
   std::vector<int> dims;
   for (int k = 0; k < ndim; ++k)
@@ -80,7 +92,7 @@ void check_no_overlap(const int64_t* shape, const int64_t* strides, int ndim, co
                   strides[k], ") steps by less than the ", span, " elements the dims of smaller strides span",
                   i > 0 ? " (dim " + std::to_string(dims[i - 1]) + ")" : std::string(),
                   "; pass strides in elements (not bytes) that describe distinct elements");
-    span = strides[k] * (shape[k] - 1) + span;
+    span = span_step(strides[k], shape[k] - 1, span, shape, strides, ndim, fn);
   }
 }
 
@@ -137,17 +149,20 @@ shardrt_status shardrt_tensor_wrap(shardrt_tensor* out, shardrt_context c, void*
       for (int i = 0; i < ndim; ++i) {
         const int k = layout == SHARDRT_LAYOUT_ROW_MAJOR ? ndim - 1 - i : i;
         st[static_cast<size_t>(k)] = s;
-        s *= std::max<int64_t>(shape[k], 1);
+        s = span_step(s, std::max<int64_t>(shape[k], 1), 0, shape, nullptr, ndim, fn);
       }
     }
     Shape sh(shape, shape + ndim);
     const int64_t numel = shape_numel(sh, fn);
     // The elements span [0, last]: the storage must cover exactly that, for the bounds checks of views.
     int64_t last = 0;
-    for (int k = 0; k < ndim; ++k) last += (shape[k] > 0 ? shape[k] - 1 : 0) * st[static_cast<size_t>(k)];
+    for (int k = 0; k < ndim; ++k)
+      last = span_step(shape[k] > 0 ? shape[k] - 1 : 0, st[static_cast<size_t>(k)], last, shape, strides, ndim, fn);
+    const int64_t elements = numel > 0 ? span_step(last, 1, 1, shape, strides, ndim, fn) : 0;  // last + 1
+    const int64_t byte_span = span_step(elements, int64_t(dtype_size(dt)), 0, shape, strides, ndim, fn);
     if (numel > 0) require(data, fn, "data (with elements to wrap)");
     const Device dev = resolve_device(data, device, fn);
-    const size_t bytes = numel > 0 ? static_cast<size_t>(last + 1) * dtype_size(dt) : 0;
+    const size_t bytes = static_cast<size_t>(byte_span);
     auto storage = Storage::wrap(data, bytes, dev, nullptr);
     auto t = std::make_shared<TensorObj>();
     t->ctx = ctx;

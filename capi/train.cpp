@@ -1,6 +1,7 @@
 // In-situ training through the C API: an optimizer from a JSON document with shardrt-train's keys, one
 // train_step (forward, loss, backward, step) on the code's bound fields, and sharded checkpoints of it all.
 #include <cmath>
+#include <cstdint>
 
 #include "autograd/engine.h"
 #include "autograd/tape.h"
@@ -39,9 +40,8 @@ void merge_checked(json& dst, const json& src, const std::string& where, const c
       merge_checked(slot, *it, key + ".", fn);
       continue;
     }
-    const bool same = slot.is_number() ? it->is_number() : slot.type() == it->type();
-    SHARDRT_CHECK(same, ValueError, fn, ": config key '", key, "' is ", it->dump(), " but must be a ",
-                  slot.type_name(), " (like the default ", slot.dump(), ")");
+    SHARDRT_CHECK(optim::config_kind_matches(slot, *it), ValueError, fn, ": config key '", key, "' is ", it->dump(), " but must be ",
+                  optim::config_kind_name(slot), " (like the default ", slot.dump(), ")");
     slot = *it;
   }
 }
@@ -57,10 +57,11 @@ ParsedOptimizer parse_optimizer(const json& given, const char* fn) {
   ParsedOptimizer p;
   optim::OptimizerConfig& c = p.config;
   c = optim::optimizer_config_from_json(doc["optimizer"], fn);
-  const int64_t acc = doc["accumulation_steps"].get<int64_t>();
-  SHARDRT_CHECK(acc >= 1, ValueError, fn, ": accumulation_steps ", acc, " must be >= 1");
-  c.accumulation_steps = static_cast<int>(acc);
-  c.schedule = optim::schedule_from_json(doc["schedule"], doc["steps"].get<int64_t>(), fn);
+  // Integers in the range the step loop can use (an int of micro-batches; steps as shardrt-train bounds them).
+  c.accumulation_steps = static_cast<int>(optim::config_integer(doc["accumulation_steps"], fn, "accumulation_steps", 1,
+                                                                INT32_MAX));
+  c.schedule = optim::schedule_from_json(doc["schedule"], optim::config_integer(doc["steps"], fn, "steps", 0, INT32_MAX),
+                                         fn);
   const std::string loss = doc["loss"]["kind"].get<std::string>();
   SHARDRT_CHECK(loss == "mse" || loss == "relative_l2", ValueError, fn, ": loss.kind '", loss,
                 "' is not one of mse, relative_l2");

@@ -10,25 +10,6 @@
 
 namespace shardrt::optim {
 
-const char* algorithm_name(Algorithm a) {
-  switch (a) {
-    case Algorithm::adamw:
-      return "adamw";
-    case Algorithm::sgd:
-      return "sgd";
-    case Algorithm::muon_adamw:
-      return "muon_adamw";
-  }
-  return "?";
-}
-
-Algorithm parse_algorithm(const std::string& name) {
-  if (name == "adamw") return Algorithm::adamw;
-  if (name == "sgd") return Algorithm::sgd;
-  if (name == "muon_adamw" || name == "muon") return Algorithm::muon_adamw;
-  throw ValueError("optimizer: algorithm '" + name + "' is unknown; use adamw, sgd or muon_adamw");
-}
-
 namespace {
 
 bool low_precision(DType d) { return d == DType::bf16 || d == DType::f16; }

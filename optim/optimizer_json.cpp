@@ -1,5 +1,7 @@
 #include "optim/optimizer_json.h"
 
+#include <cstdint>
+
 #include "runtime/errors.h"
 
 namespace shardrt::optim {
@@ -46,8 +48,8 @@ OptimizerConfig optimizer_config_from_json(const json& o, const std::string& who
   OptimizerConfig c;
   c.algorithm = parse_algorithm(o.at("algorithm").get<std::string>());
   SHARDRT_CHECK(o.at("betas").is_array() && o["betas"].size() == 2 && o["betas"][0].is_number() &&
-                    o["betas"][1].is_number(), ValueError, who,
-                ": optimizer.betas must be [beta1, beta2], got ", o["betas"].dump());
+                    o["betas"][1].is_number(),
+                ValueError, who, ": optimizer.betas must be [beta1, beta2] (two numbers), got ", o["betas"].dump());
   const double lr = o.at("lr").get<double>();
   c.adamw.lr = lr;
   c.adamw.beta1 = o["betas"][0].get<double>();
@@ -76,6 +78,28 @@ std::shared_ptr<Schedule> schedule_from_json(const json& s, int64_t total_steps,
     return one_cycle_schedule(total_steps, s.at("pct_start").get<double>(), s.at("div_factor").get<double>(),
                               s.at("final_div_factor").get<double>());
   throw ValueError(who + ": schedule.kind '" + kind + "' is not one of constant, warmup_cosine, step, one_cycle");
+}
+
+bool config_kind_matches(const json& want, const json& got) {
+  if (want.is_null()) return true;
+  if (want.is_number_float()) return got.is_number();
+  if (want.is_number()) return got.is_number_integer();  // signed or unsigned, never a float
+  return want.type() == got.type();
+}
+
+std::string config_kind_name(const json& want) {
+  if (want.is_number_integer()) return "an integer";
+  const std::string name = want.type_name();
+  return (name[0] == 'a' || name[0] == 'o' ? "an " : "a ") + name;  // an array, an object, a number, a string
+}
+
+int64_t config_integer(const json& v, const std::string& who, const std::string& key, int64_t lo, int64_t hi) {
+  // An unsigned value past INT64_MAX would wrap in get<int64_t>(); it is out of every range asked here.
+  const bool fits = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX));
+  const int64_t x = fits ? v.get<int64_t>() : 0;
+  SHARDRT_CHECK(fits && x >= lo && x <= hi, ValueError, who, ": config key '", key, "' is ", v.dump(),
+                " but must be an integer in [", lo, ", ", hi, "]");
+  return x;
 }
 
 }  // namespace shardrt::optim

@@ -4,28 +4,6 @@
 
 namespace shardrt::optim {
 
-const char* sharding_mode_name(ShardingMode m) {
-  switch (m) {
-    case ShardingMode::replicated:
-      return "replicated";
-    case ShardingMode::ddp:
-      return "ddp";
-    case ShardingMode::mesh:
-      return "mesh";
-    case ShardingMode::zero3:
-      return "zero3";
-  }
-  return "?";
-}
-
-ShardingMode parse_sharding_mode(const std::string& name) {
-  if (name == "replicated") return ShardingMode::replicated;
-  if (name == "ddp") return ShardingMode::ddp;
-  if (name == "mesh") return ShardingMode::mesh;
-  if (name == "zero3") return ShardingMode::zero3;
-  throw ValueError("optimizer: sharding mode '" + name + "' is unknown; use replicated, ddp, mesh or zero3");
-}
-
 ShardPlan plan_sharding(const Mesh& mesh, ShardingMode mode) {
   ShardPlan p;
   p.mode = mode;

@@ -25,12 +25,11 @@
 #include <string>
 
 #include "mesh/mesh.h"
+#include "optim/optimizer_config.h"
 
 namespace shardrt::optim {
 
-enum class ShardingMode { replicated, ddp, mesh, zero3 };
-const char* sharding_mode_name(ShardingMode m);
-ShardingMode parse_sharding_mode(const std::string& name);  // ValueError listing the modes
+// ShardingMode and its names: optim/optimizer_config.h (no mesh needed to read a config).
 
 // This rank's place in a mode: how many shards the arenas have, which one is its own, and the axes.
 struct ShardPlan {

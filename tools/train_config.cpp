@@ -1,5 +1,6 @@
 #include "tools/train_config.h"
 
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -11,19 +12,23 @@ namespace shardrt::tools {
 using nlohmann::json;
 
 json default_train_document() {
-  json doc = json::parse(R"({
-    "model": {"kind": "flare", "args": {}, "seed": 0},
-    "precision": "f32",
-    "loss": {"kind": "relative_l2", "huber_delta": 1.0},
-    "data": {"train": "", "val": "", "batch_size": 1, "shuffle": true, "seed": 0, "normalize": true},
-    "mesh": {"ddp": 1, "domain": 1},
-    "steps": 0, "epochs": 0,
-    "log": {"every": 10, "out_dir": "train-out", "plots": true, "panel_sample": 0, "progress_bar": "auto"},
-    "validation": {"every": 0, "samples": 0},
-    "checkpoint": {"dir": "", "every": 0}
-  })");
-  doc.update(optim::default_optimizer_json());  // "optimizer" and "schedule", as the C API takes them too
-  return doc;
+  // Parsed once: every load (and each --set) starts from a copy.
+  static const json defaults = [] {
+    json doc = json::parse(R"({
+      "model": {"kind": "flare", "args": {}, "seed": 0},
+      "precision": "f32",
+      "loss": {"kind": "relative_l2", "huber_delta": 1.0},
+      "data": {"train": "", "val": "", "batch_size": 1, "shuffle": true, "seed": 0, "normalize": true},
+      "mesh": {"ddp": 1, "domain": 1},
+      "steps": 0, "epochs": 0,
+      "log": {"every": 10, "out_dir": "train-out", "plots": true, "panel_sample": 0, "progress_bar": "auto"},
+      "validation": {"every": 0, "samples": 0},
+      "checkpoint": {"dir": "", "every": 0}
+    })");
+    doc.update(optim::default_optimizer_json());  // "optimizer" and "schedule", as the C API takes them too
+    return doc;
+  }();
+  return defaults;
 }
 
 namespace {
@@ -32,12 +37,6 @@ std::string keys_of(const json& obj) {
   std::string out;
   for (auto it = obj.begin(); it != obj.end(); ++it) out += (out.empty() ? "" : ", ") + it.key();
   return out;
-}
-
-bool same_kind(const json& want, const json& got) {
-  if (want.is_null()) return true;
-  if (want.is_number()) return got.is_number();
-  return want.type() == got.type();
 }
 
 // Merges `src` into `dst` key by key; `where` names the position for errors ("optimizer.").
@@ -56,8 +55,8 @@ void merge_checked(json& dst, const json& src, const std::string& where, const s
     } else if (slot.is_object()) {
       merge_checked(slot, *it, key + ".", origin);
     } else {
-      SHARDRT_CHECK(same_kind(slot, *it), ValueError, "shardrt-train: ", origin, ": config key '", key, "' is ",
-                    it->dump(), " but must be a ", slot.type_name(), " (like the default ", slot.dump(), ")");
+      SHARDRT_CHECK(optim::config_kind_matches(slot, *it), ValueError, "shardrt-train: ", origin, ": config key '", key, "' is ",
+                    it->dump(), " but must be ", optim::config_kind_name(slot), " (like the default ", slot.dump(), ")");
       slot = *it;
     }
   }
@@ -66,6 +65,13 @@ void merge_checked(json& dst, const json& src, const std::string& where, const s
 }  // namespace
 
 void apply_override(json& doc, const std::string& assignment) {
+  try {
+    // The merged document is written next to the run's metrics, and nlohmann cannot write a string that is not
+    // UTF-8 (a bare-word value or a model.args key would make that write throw long after the check).
+    (void)json(assignment).dump();
+  } catch (const json::exception&) {
+    throw ValueError("shardrt-train: --set '" + assignment + "' is not valid UTF-8");
+  }
   const auto eq = assignment.find('=');
   SHARDRT_CHECK(eq != std::string::npos && eq > 0, ValueError, "shardrt-train: --set '", assignment,
                 "' is not KEY=VALUE (for example --set optimizer.lr=1e-3)");
@@ -81,12 +87,14 @@ void apply_override(json& doc, const std::string& assignment) {
   std::stringstream in(key);
   for (std::string p; std::getline(in, p, '.');) parts.push_back(p);
   if (parts.size() > 2 && parts[0] == "model" && parts[1] == "args") {
-    std::string rest = key.substr(std::string("model.args.").size());
-    doc["model"]["args"][json::json_pointer("/" + [&] {
-      std::string ptr = rest;
-      for (char& c : ptr) c = c == '.' ? '/' : c;
-      return ptr;
-    }())] = value;
+    std::string ptr = "/" + key.substr(std::string("model.args.").size());
+    for (char& c : ptr) c = c == '.' ? '/' : c;
+    try {
+      doc["model"]["args"][json::json_pointer(ptr)] = value;
+    } catch (const json::exception& e) {  // a '~' that is no JSON-pointer escape, a path through a number
+      throw ValueError("shardrt-train: --set '" + assignment + "': cannot set model.args." +
+                       key.substr(std::string("model.args.").size()) + " (" + e.what() + ")");
+    }
     return;
   }
   json patch = value;
@@ -118,11 +126,20 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   }
   for (const std::string& o : overrides) apply_override(doc, o);
 
+  // Integers are read in the range the run can use: steps and epochs small enough that the loop's
+  // epochs x batches-per-epoch cannot overflow, mesh sizes and batch sizes that fit an int, no negative counts.
+  auto integer = [&](const json& v, const char* key, int64_t lo, int64_t hi) {
+    return optim::config_integer(v, "shardrt-train", key, lo, hi);
+  };
+  auto seed_of = [&](const json& v, const char* key) -> uint64_t {
+    if (v.is_number_unsigned()) return v.get<uint64_t>();
+    return static_cast<uint64_t>(integer(v, key, 0, INT64_MAX));
+  };
   TrainConfig c;
   c.document = doc;
   c.model_kind = doc["model"]["kind"].get<std::string>();
   c.model_args = doc["model"]["args"];
-  c.model_seed = doc["model"]["seed"].get<uint64_t>();
+  c.model_seed = seed_of(doc["model"]["seed"], "model.seed");
   const std::string precision = doc["precision"].get<std::string>();
   SHARDRT_CHECK(precision == "f32" || precision == "f64" || precision == "bf16-autocast" ||
                     precision == "f16-autocast",
@@ -152,34 +169,34 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.val_manifest = d["val"].get<std::string>();
   SHARDRT_CHECK(!c.train_manifest.empty(), ValueError,
                 "shardrt-train: data.train (the training split's manifest, darcy_train.json) is required");
-  c.batch_size = d["batch_size"].get<int64_t>();
+  c.batch_size = integer(d["batch_size"], "data.batch_size", 1, INT32_MAX);
   c.shuffle = d["shuffle"].get<bool>();
-  c.data_seed = d["seed"].get<uint64_t>();
+  c.data_seed = seed_of(d["seed"], "data.seed");
   c.normalize = d["normalize"].get<bool>();
 
-  c.ddp = doc["mesh"]["ddp"].get<int>();
-  c.domain = doc["mesh"]["domain"].get<int>();
+  c.ddp = static_cast<int>(integer(doc["mesh"]["ddp"], "mesh.ddp", 1, INT32_MAX));
+  c.domain = static_cast<int>(integer(doc["mesh"]["domain"], "mesh.domain", 1, INT32_MAX));
   SHARDRT_CHECK(c.ddp >= 1 && c.domain >= 1, ValueError, "shardrt-train: mesh.ddp and mesh.domain must be >= 1");
   SHARDRT_CHECK(c.batch_size >= 1 && c.batch_size % c.ddp == 0, ValueError, "shardrt-train: data.batch_size ",
                 c.batch_size, " must be a positive multiple of mesh.ddp ", c.ddp,
                 " (each ddp group takes one sample per micro-batch)");
   c.optimizer.accumulation_steps = static_cast<int>(c.batch_size / c.ddp);
 
-  c.steps = doc["steps"].get<int64_t>();
-  c.epochs = doc["epochs"].get<int64_t>();
+  c.steps = integer(doc["steps"], "steps", 0, INT32_MAX);
+  c.epochs = integer(doc["epochs"], "epochs", 0, INT32_MAX);
   SHARDRT_CHECK(c.steps > 0 || c.epochs > 0, ValueError, "shardrt-train: set steps or epochs (both are 0)");
-  c.log_every = std::max<int64_t>(1, doc["log"]["every"].get<int64_t>());
+  c.log_every = std::max<int64_t>(1, integer(doc["log"]["every"], "log.every", 0, INT64_MAX));
   c.out_dir = doc["log"]["out_dir"].get<std::string>();
   c.plots = doc["log"]["plots"].get<bool>();
-  c.panel_sample = doc["log"]["panel_sample"].get<int64_t>();
+  c.panel_sample = integer(doc["log"]["panel_sample"], "log.panel_sample", 0, INT64_MAX);
   c.progress_bar = doc["log"]["progress_bar"].get<std::string>();
   SHARDRT_CHECK(c.progress_bar == "auto" || c.progress_bar == "on" || c.progress_bar == "off", ValueError,
                 "shardrt-train: log.progress_bar '", c.progress_bar, "' must be auto, on or off");
-  c.val_every = doc["validation"]["every"].get<int64_t>();
-  c.val_samples = doc["validation"]["samples"].get<int64_t>();
+  c.val_every = integer(doc["validation"]["every"], "validation.every", 0, INT64_MAX);
+  c.val_samples = integer(doc["validation"]["samples"], "validation.samples", 0, INT64_MAX);
   c.checkpoint_dir = doc["checkpoint"]["dir"].get<std::string>();
   if (c.checkpoint_dir.empty()) c.checkpoint_dir = c.out_dir + "/checkpoint";
-  c.checkpoint_every = doc["checkpoint"]["every"].get<int64_t>();
+  c.checkpoint_every = integer(doc["checkpoint"]["every"], "checkpoint.every", 0, INT64_MAX);
   return c;
 }
 

@@ -12,7 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "optim/optimizer.h"
+#include "optim/optimizer_config.h"
+#include "runtime/dtype.h"
 
 namespace shardrt::tools {
 

@@ -149,6 +149,13 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
        [&] { const int64_t st[2] = {3, 0}; return wrap(scratch, SHARDRT_F64, 2, shape2, st, 0, -1, 0); }, "stride 0"},
       {"wrap: a negative stride", SHARDRT_ERR_SHAPE,
        [&] { const int64_t st[2] = {3, -1}; return wrap(scratch, SHARDRT_F64, 2, shape2, st, 0, -1, 0); }, "negative"},
+      // Found by the capi fuzz target: the span of a stride of 2^62 over 3 elements overflowed int64 (UB).
+      {"wrap: strides whose span overflows", SHARDRT_ERR_SHAPE,
+       [&] { const int64_t st[2] = {int64_t{1} << 62, 1}; return wrap(scratch, SHARDRT_F64, 2, shape2, st, 0, -1, 0); },
+       "2^63"},
+      {"wrap: extents whose default strides overflow", SHARDRT_ERR_SHAPE,
+       [&] { const int64_t sh[3] = {0, int64_t{1} << 62, 8}; return wrap(scratch, SHARDRT_F64, 3, sh, nullptr, 0, -1, 0); },
+       "2^63"},
       {"wrap: layout 5", SHARDRT_ERR_VALUE, [&] { return wrap(scratch, SHARDRT_F64, 2, shape2, nullptr, 5, -1, 0); },
        "layout"},
       {"wrap: copy flags 9", SHARDRT_ERR_VALUE, [&] { return wrap(scratch, SHARDRT_F64, 2, shape2, nullptr, 0, -1, 9); },
@@ -252,6 +259,16 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
       {"optimizer: a string where a number belongs", SHARDRT_ERR_VALUE,
        [&] { return optimizer(R"({"optimizer": {"lr": "fast"}})"); }, "lr"},
       {"optimizer: unknown loss", SHARDRT_ERR_VALUE, [&] { return optimizer(R"({"loss": {"kind": "l1"}})"); }, "l1"},
+      // Found while writing the capi / training_config fuzz targets (their seeds replay them): numbers that a
+      // float-to-integer cast would have made undefined or an int would have wrapped, and betas that are not
+      // numbers (a JSON type error, not the typed message).
+      {"optimizer: steps 1e300", SHARDRT_ERR_VALUE, [&] { return optimizer(R"({"steps": 1e300})"); }, "'steps'"},
+      {"optimizer: a fractional accumulation_steps", SHARDRT_ERR_VALUE,
+       [&] { return optimizer(R"({"accumulation_steps": 2.5})"); }, "accumulation_steps"},
+      {"optimizer: accumulation_steps past int", SHARDRT_ERR_VALUE,
+       [&] { return optimizer(R"({"accumulation_steps": 4294967297})"); }, "[1, 2147483647]"},
+      {"optimizer: betas that are strings", SHARDRT_ERR_VALUE,
+       [&] { return optimizer(R"({"optimizer": {"betas": ["a", "b"]}})"); }, "two numbers"},
       {"optimizer: a second one on the same model", SHARDRT_ERR_STATE,
        [&] { shardrt_optimizer o{0}; return shardrt_optimizer_create(&o, model, "{}"); }, "already has"},
       {"optimizer: a destroyed handle reused", SHARDRT_ERR_INVALID_HANDLE, [&] { return shardrt_optimizer_step(dead_opt); },

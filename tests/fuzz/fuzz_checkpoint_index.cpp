@@ -6,8 +6,9 @@
 
 #include "optim/checkpoint_index.h"
 #include "runtime/errors.h"
+#include "tests/fuzz/fuzz_target.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+SHARDRT_FUZZ_TARGET(checkpoint_index) {
   namespace ci = shardrt::checkpoint_index;
   const std::string text(reinterpret_cast<const char*>(data), size);
   ci::Index index;

@@ -13,12 +13,10 @@
 
 namespace shardrt::fuzz {
 
-inline const std::string& scratch_path(const char* target) {
-  static const std::string path = [&] {
-    const char* dir = std::getenv("SHARDRT_FUZZ_TMP");
-    return std::string(dir ? dir : "/dev/shm") + "/shardrt-" + target + "-" + std::to_string(getpid());
-  }();
-  return path;
+// One file per target and process (the corpus replay runs several targets in one process).
+inline std::string scratch_path(const char* target) {
+  const char* dir = std::getenv("SHARDRT_FUZZ_TMP");
+  return std::string(dir ? dir : "/dev/shm") + "/shardrt-" + target + "-" + std::to_string(getpid());
 }
 
 // Replaces the scratch file's contents with the input; false only when the scratch folder is unusable.

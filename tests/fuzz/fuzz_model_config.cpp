@@ -10,8 +10,9 @@
 
 #include "models/config.h"
 #include "runtime/errors.h"
+#include "tests/fuzz/fuzz_target.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+SHARDRT_FUZZ_TARGET(model_config) {
   using shardrt::models::Json;
   if (size < 1) return 0;
   const unsigned selector = data[0];

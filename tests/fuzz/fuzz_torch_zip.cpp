@@ -7,8 +7,9 @@
 #include "runtime/errors.h"
 #include "runtime/weights.h"
 #include "tests/fuzz/fuzz_input_file.h"
+#include "tests/fuzz/fuzz_target.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+SHARDRT_FUZZ_TARGET(torch_zip) {
   const std::string& path = shardrt::fuzz::scratch_path("torch_zip");
   if (!shardrt::fuzz::write_scratch(path, data, size)) return 0;
   volatile uint64_t sink = 0;

@@ -1,9 +1,10 @@
-// Writes the seed corpora of the libFuzzer targets (tools/fuzz corpus): small valid files made by ShardRT's own
+// Writes the seed corpora of the libFuzzer targets (tools/fuzz corpus [TARGET...]): small valid files made by ShardRT's own
 // writers, and hostile variants that aim at each check the readers make (lengths past the file, negative and
 // overlapping offsets, wrong dtypes, duplicated keys, deep nesting, forbidden pickle globals, a deflate bomb).
 // The files are committed under tests/fuzz/corpus/<target>/; rerun this after changing a writer.
 #include <zip.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -258,19 +259,138 @@ void model_config_seeds() {
   mc("deep", 4, std::string(5000, '[') + std::string(5000, ']'));
 }
 
+
+// shardrt-train configs: the bundled ones (tools/configs/*.json) and hostile documents and --set lines aimed at each
+// check of tools::load_train_config (fuzz_training_config reads "\n--set " lines after the file as overrides).
+void training_config_seeds() {
+  const fs::path configs = root / ".." / ".." / ".." / "tools" / "configs";
+  for (const auto& e : fs::directory_iterator(configs))
+    if (e.path().extension() == ".json") {
+      const Bytes b = read_file(e.path());
+      write("training_config", "bundled-" + e.path().filename().string(), b);
+    }
+  auto tc = [&](const std::string& name, const std::string& text) { write_text("training_config", name, text); };
+  const std::string train = R"("data": {"train": "run/darcy_train.json"})";
+  tc("valid-minimal", "{" + train + R"(, "steps": 10})");
+  tc("valid-overrides-only", "--set data.train=run/t.json\n--set steps=5\n--set optimizer.mode=ddp\n--set mesh.ddp=2\n--set data.batch_size=4");
+  tc("valid-file-and-overrides", "{" + train + R"(, "epochs": 2})" +
+     "\n--set optimizer.algorithm=muon\n--set schedule.kind=one_cycle\n--set model.args.n_hidden=8\n--set model.args.a.b=[1,2]");
+  tc("valid-schedules", "{" + train + R"(, "steps": 40, "schedule": {"kind": "warmup_cosine", "warmup_steps": 4}})" +
+     "\n--set schedule.kind=step\n--set schedule.step_size=3");
+  tc("ill-typed", R"({"steps": "many", "optimizer": {"lr": "fast", "nesterov": 1}, "mesh": [1, 2]})");
+  tc("missing-train", R"({"steps": 10})");
+  tc("extra-key", "{" + train + R"(, "steps": 1, "optimizer": {"learning_rate": 0.1}, "bogus": {}})");
+  tc("bucket-bytes-0", "{" + train + R"(, "steps": 1, "optimizer": {"bucket_bytes": 0}})");
+  tc("huge-float-steps", "{" + train + R"(, "steps": 1e300, "epochs": 1e18})");
+  tc("huge-integers", "{" + train + R"(, "steps": 18446744073709551615, "mesh": {"ddp": 4294967297, "domain": 1}, "model": {"seed": -1}})");
+  tc("fraction-where-integer", "{" + train + R"(, "steps": 10.5, "data": {"batch_size": 2.5}})");
+  tc("negative-steps", "{" + train + R"(, "steps": -5, "epochs": 3, "log": {"every": -1}, "validation": {"samples": -2}})");
+  tc("number-too-big", "{" + train + R"(, "steps": 1, "optimizer": {"lr": 1e400}})");
+  tc("nan-inf-strings", "{" + train + R"(, "steps": 1, "optimizer": {"lr": "NaN", "eps": "Infinity"}})");
+  tc("nan-literal", "{" + train + R"(, "steps": 1, "optimizer": {"lr": NaN}})");
+  tc("unknown-sharding", "{" + train + R"(, "steps": 1, "optimizer": {"mode": "fsdp"}})" + "\n--set optimizer.mode=zero4");
+  tc("unknown-algorithm", "{" + train + R"(, "steps": 1, "optimizer": {"algorithm": "adam"}})");
+  tc("betas-not-numbers", "{" + train + R"(, "steps": 1, "optimizer": {"betas": ["a", "b"]}})");
+  tc("betas-one", "{" + train + R"(, "steps": 1, "optimizer": {"betas": [0.9]}})");
+  tc("schedule-bad", "{" + train + R"(, "steps": 2, "schedule": {"kind": "one_cycle", "pct_start": 0.9999, "div_factor": 0}})" +
+     "\n--set schedule.step_size=0\n--set schedule.kind=step");
+  tc("schedule-unknown", "{" + train + R"(, "steps": 2, "schedule": {"kind": "cosine_restarts"}})");
+  tc("batch-not-multiple", "{" + train + R"(, "steps": 2, "data": {"batch_size": 3}, "mesh": {"ddp": 2}})");
+  tc("loss-and-precision", "{" + train + R"(, "steps": 2, "loss": {"kind": "huber", "huber_delta": -1}, "precision": "bf16"})");
+  tc("progress-bar", "{" + train + R"(, "steps": 2, "log": {"progress_bar": "sometimes"}})");
+  tc("model-args-not-object", R"({"model": {"args": [1, 2]}})");
+  tc("deep-nesting", std::string(3000, '[') + std::string(3000, ']'));
+  tc("deep-model-args", R"({"model": {"args": {"a": )" + std::string(2000, '[') + std::string(2000, ']') + "}}}");
+  tc("not-json", R"({"steps": 1,)");
+  tc("overrides-bad", "--set noequals\n--set =3\n--set optimizer=5\n--set optimizer.lr.x=1");
+  tc("override-pointer-escape", "--set data.train=a\n--set steps=1\n--set model.args.a~b=1");
+  tc("override-not-utf8", "--set data.train=run/\xff\xfe.json\n--set steps=1\n--set model.args.\xc3=1");
+  tc("override-through-number", "--set data.train=a\n--set steps=1\n--set model.args.n=5\n--set model.args.n.m=1");
+}
+
+// C API programs for fuzz_capi: each byte a choice of the interpreter in tests/fuzz/fuzz_capi.cpp (its op codes
+// are the step() switch's cases). A valid FLARE round trip, and programs of bad wraps, bad sharded tensors and
+// handles used after destroy.
+void capi_seeds() {
+  auto cs = [&](const char* name, const Bytes& program) { write("capi", name, program); };
+  const Bytes seed8(8, 0);
+  // 10 good pieces (fx, embedding, out); 9 model_create(flare, good config, no weights, f64, mesh, config, seed)
+  Bytes flare = {10, 9, 0, 0, 0, 1, 0, 0, 1};
+  flare.insert(flare.end(), seed8.begin(), seed8.end());
+  Bytes train = flare;
+  const Bytes rest = {
+      11, 0, 0, 0,         // set_input(model, "fx", fx)
+      11, 0, 1, 1,         // set_input(model, "embedding", embedding)
+      13, 0, 2, 1, 1,      // forward(model, out, record_grad 1)
+      14, 0, 2, 1, 0,      // backward(model, out as grad_output)
+      15, 0, 0, 0,         // input_grad(model, "fx", fx)
+      19, 1, 0, 1,         // optimizer_create(model, "{}")
+      20, 2, 0, 2, 1,      // train_step(opt, out as target, &loss)
+      20, 0, 0,            // optimizer_step
+      20, 1, 0, 1,         // optimizer_steps(&n)
+      18, 0,               // model_destroy(model)
+      18, 1, 0,            // model_destroy(the destroyed model): destroy twice
+      17, 1, 0, 1,         // num_parameters of the destroyed model: use after destroy
+      20, 2, 0, 2, 1,      // train_step on an optimizer whose model handle is gone (it keeps the model alive)
+  };
+  train.insert(train.end(), rest.begin(), rest.end());
+  cs("flare-train-round-trip", train);
+  Bytes infer = flare;
+  const Bytes infer_rest = {11, 0, 0, 0, 11, 0, 1, 1, 13, 0, 2, 1, 0, 14, 0, 2, 1, 0, 15, 0, 2, 0, 13, 0, 0, 0, 5};
+  infer.insert(infer.end(), infer_rest.begin(), infer_rest.end());
+  cs("flare-mismatched-tensors", infer);  // inference then backward, input_grad of "time", fx as the output
+  // wrap(dtype 99), wrap(ndim -1), wrap(negative extent), wrap(stride overlap), wrap(NULL data), wrap(out NULL)
+  cs("bad-wraps", {0, 0, 99, 1, 2, 1, 3, 1, 2, 1, 1, 1, 0, 1, 1, 0, 1, 5, 1, 0, 1,
+                   0, 1, 0, 255, 1, 1, 0, 1, 1, 0, 1, 7, 1, 0, 1,
+                   0, 1, 1, 2, 0, 254, 1, 2, 1, 1, 1, 1, 0, 1, 1, 0, 1, 5, 1, 0, 1,
+                   0, 1, 1, 2, 1, 2, 1, 3, 0, 1, 1, 1, 0, 1, 1, 0, 1, 5, 1, 0, 1,
+                   0, 1, 1, 2, 1, 2, 1, 3, 1, 1, 1, 1, 0, 1, 1, 0, 0, 5, 1, 0, 1,
+                   0, 1, 1, 2, 1, 2, 1, 3, 1, 1, 1, 1, 0, 1, 1, 0, 1, 5, 0, 0, 1});
+  // good pieces, then sharded creates over them with wrong ndim, shapes and offsets, and points of 2 dims
+  cs("bad-sharded", {10, 3, 1, 0, 1, 3, 0, 1, 1, 1, 1, 1, 0, 1, 1,
+                     3, 1, 1, 1, 3, 0, 200, 0, 1, 1, 0, 1, 0, 1, 1,
+                     4, 0, 0, 1, 2, 1, 0, 1, 0, 0, 1, 1, 7, 0, 5});
+  // handles: null, forged, never issued, of another kind, destroyed; status calls; contexts destroyed twice
+  cs("bad-handles", {7, 0, 7, 2, 1, 2, 3, 4, 5, 6, 7, 8, 7, 3, 3, 1, 8, 5, 0, 12, 3, 16, 4, 0,
+                     6, 200, 1, 2, 3, 5, 6, 99, 0, 0, 0, 8, 23, 0, 1, 1, 23, 1, 7, 0, 0, 0, 1, 1,
+                     22, 0, 1, 1, 1, 1, 0, 0, 22, 1, 0, 5, 9, 0});
+  // model configs that are not JSON, of another kind, with absurd sizes; optimizer documents likewise
+  Bytes configs = {9, 0, 2, 26, 0};
+  const std::string bad_json = R"({"functional_dim": 3, "out_dim": 2, "n_layers": -1})";
+  configs[3] = static_cast<unsigned char>(bad_json.size());
+  configs.insert(configs.end(), bad_json.begin(), bad_json.end());
+  const Bytes tail = {0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 9, 1, 0, 0, 0, 1, 0, 0, 1, 9, 9, 9, 9, 9, 9, 9, 9};
+  configs.insert(configs.end(), tail.begin(), tail.end());
+  const std::string absurd = R"({"functional_dim": 3, "out_dim": 2, "embedding_dim": 2, "n_hidden": 1099511627776, "n_head": 2})";
+  const Bytes head2 = {9, 0, 2, static_cast<unsigned char>(absurd.size()), 0};
+  configs.insert(configs.end(), head2.begin(), head2.end());
+  configs.insert(configs.end(), absurd.begin(), absurd.end());
+  configs.insert(configs.end(), tail.begin(), tail.end());
+  const std::string opt = R"({"optimizer": {"algorithm": "adam", "betas": [1]}, "steps": 1e300})";
+  const Bytes head3 = {9, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 19, 0, static_cast<unsigned char>(opt.size()), 0};
+  configs.insert(configs.end(), head3.begin(), head3.end());
+  configs.insert(configs.end(), opt.begin(), opt.end());
+  configs.push_back(0);
+  configs.push_back(1);
+  cs("bad-configs", configs);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: make_corpus <tests/fuzz/corpus>\n");
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: make_corpus <tests/fuzz/corpus> [TARGET...]   (no TARGET: every target's seeds)\n");
     return 2;
   }
   root = argv[1];
   fs::create_directories(root);
-  safetensors_seeds();
-  torch_zip_seeds();
-  checkpoint_index_seeds();
-  model_config_seeds();
+  const std::vector<std::string> only(argv + 2, argv + argc);
+  auto wanted = [&](const char* t) { return only.empty() || std::find(only.begin(), only.end(), t) != only.end(); };
+  if (wanted("safetensors")) safetensors_seeds();
+  if (wanted("torch_zip")) torch_zip_seeds();
+  if (wanted("checkpoint_index")) checkpoint_index_seeds();
+  if (wanted("model_config")) model_config_seeds();
+  if (wanted("training_config")) training_config_seeds();
+  if (wanted("capi")) capi_seeds();
   std::printf("corpus written to %s\n", root.c_str());
   return 0;
 }

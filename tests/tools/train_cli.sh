@@ -173,4 +173,17 @@ if mpi 2 "$train" --config "$dir/tiny.json" --set mesh.domain=2 --set data.train
   fail "a missing manifest was accepted"
 fi
 grep -q "nothing.json" "$dir/missing.err" || fail "the missing file is not named: $(cat "$dir/missing.err")"
+# Values found while writing the fuzz target (tests/fuzz/fuzz_training_config.cpp): a float where an integer
+# belongs (1e300 steps was an undefined float-to-int cast), integers past the range the loop can use (a ddp of
+# 2^32 + 1 wrapped to 1), a --set path that is no JSON pointer, and betas that are not numbers: each a typed error
+# naming the key.
+bad_value() {  # bad_value EXPECTED-TEXT --set ...
+  local want=$1; shift
+  if mpi 1 "$train" --config "$dir/tiny.json" "$@" >/dev/null 2>"$dir/value.err"; then fail "accepted: $*"; fi
+  grep -qF -- "$want" "$dir/value.err" || fail "$*: expected '$want' in: $(cat "$dir/value.err")"
+}
+bad_value "config key 'steps' is 1e+300 but must be an integer" --set steps=1e300
+bad_value "config key 'mesh.ddp' is 4294967297 but must be an integer in [1, 2147483647]" --set mesh.ddp=4294967297
+bad_value "cannot set model.args.a~b" --set 'model.args.a~b=1'
+bad_value "optimizer.betas must be [beta1, beta2] (two numbers)" --set 'optimizer.betas=["a","b"]'
 echo "train_cli: all checks passed"
