@@ -24,6 +24,7 @@ struct TrainConfig {
   nlohmann::json model_args;
   uint64_t model_seed = 0;
   DType dtype = DType::f32;  // "precision": f32 or f64 (parameters, data, the loss)
+  Device device = Device::cpu();  // "device": cpu or cuda:N (model, batches, optimizer arenas)
 
   optim::OptimizerConfig optimizer;  // accumulation_steps is derived (see batch_size)
   double base_lr = 1e-3;
