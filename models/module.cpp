@@ -143,6 +143,17 @@ void Module::to_dtype(DType dtype) {
     else *slot = slot->to(dtype).clone();
 }
 
+void Module::to(Device device) {
+  for (const auto& [name, slot] : slots(true, false)) {
+    if (slot->device() == device) continue;
+    Tensor t = slot->to(device);
+    set_requires_grad(t);
+    *slot = t;
+  }
+  for (const auto& [name, slot] : slots(false, true))
+    if (slot->device() != device) *slot = slot->to(device);
+}
+
 void Module::bind_parameters(const std::vector<Tensor>& tensors) {
   const auto own = slots(true, false);
   SHARDRT_CHECK(tensors.size() == own.size(), ValueError, "bind_parameters: ", tensors.size(),

@@ -56,6 +56,11 @@ class Module {
   // Converts every parameter and buffer to `dtype` (parameters stay leaves that require grad).
   void to_dtype(DType dtype);
 
+  // Moves every parameter and buffer to `device`, in place: the same slots and names, each a fresh leaf that
+  // requires grad (parameters) holding the same values; grads are dropped (a bound or accumulated grad belongs to
+  // the old storage — bind the moved parameters to an optimizer afterwards). A no-op for tensors already there.
+  void to(Device device);
+
   // Rebinds each parameter, in named_parameters() order, to the given tensor (same shape and dtype): for example
   // views into an optimizer's flat arena, or the copies a parity harness hands in. Throws ValueError on a count,
   // shape or dtype mismatch.

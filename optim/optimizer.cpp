@@ -46,15 +46,18 @@ Optimizer::Optimizer(const Mesh& mesh, models::Module& module, OptimizerConfig c
       zero3 ? zero3_assign_units(module, named) : std::vector<int>(named.size(), -1);
   std::vector<std::vector<size_t>> members;
   std::map<std::pair<int, DType>, size_t> group_of;
+  device_ = named.front().second.device();
   for (size_t i = 0; i < named.size(); ++i) {
     const Tensor& p = named[i].second;
-    SHARDRT_CHECK(p.device().is_cpu(), DeviceError, "optimizer: parameter ", named[i].first, " is on ",
-                  p.device().str(), "; the optimizer's update runs on CPU arenas only so far");
+    SHARDRT_CHECK(p.device() == device_, DeviceError, "optimizer: parameter ", named[i].first, " is on ",
+                  p.device().str(), " but ", named.front().first, " is on ", device_.str(),
+                  "; one optimizer steps parameters of one device: move the whole model (Module::to)");
     auto [it, fresh] = group_of.emplace(std::make_pair(unit_of[i], p.dtype()), members.size());
     if (fresh) members.emplace_back();
     members[it->second].push_back(i);
   }
 
+  if (device_.is_cuda()) device_setup();
   const std::vector<std::string> kinds = state_kinds(config_);
   std::vector<Tensor> bound(named.size());
   for (const std::vector<size_t>& idx : members) {
@@ -71,8 +74,8 @@ Optimizer::Optimizer(const Mesh& mesh, models::Module& module, OptimizerConfig c
       num_parameters_ += p.numel();
     }
     g.layout = plan_layout(requests, plan_.shards);
-    g.params = FlatArena(g.layout, g.dtype, Device::cpu());
-    g.grads = FlatArena(g.layout, g.dtype, Device::cpu());
+    g.params = FlatArena(g.layout, g.dtype, device_);
+    g.grads = FlatArena(g.layout, g.dtype, device_);
     std::vector<AutogradMeta*> leaves;
     {
       NoGradGuard no_grad;
@@ -91,7 +94,7 @@ Optimizer::Optimizer(const Mesh& mesh, models::Module& module, OptimizerConfig c
     // zero3: the master shard has storage of its own (the parameter arena is released between uses).
     if (g.master_dtype != g.dtype) g.master = g.params.range(begin, n).to(g.master_dtype);
     else g.master = zero3 ? g.params.range(begin, n).clone() : g.params.range(begin, n);
-    for (const std::string& k : kinds) g.state.emplace_back(k, zeros({n}, {g.master_dtype}));
+    for (const std::string& k : kinds) g.state.emplace_back(k, zeros({n}, {g.master_dtype, device_}));
     if (zero3 && g.unit >= 0) {
       g.zero3_grad = zeros({n}, {g.dtype});
       units_[static_cast<size_t>(g.unit)].groups.push_back(groups_.size());
@@ -119,6 +122,11 @@ void Optimizer::check_same_parameters_everywhere() const {
                 "optimizer on ", mesh_.str(), ": the ranks hold different parameter sets (rank ", mesh_.rank(), ": ",
                 num_parameters_, " parameters in ", groups_.size(),
                 " dtype group(s)); build the same model with the same config on every rank");
+}
+
+double Optimizer::last_grad_norm() const {
+  if (device_.is_cpu() || config_.max_grad_norm <= 0 || steps_ == 0) return last_norm_;
+  return clip_slots_.narrow(0, 1, 1).item();
 }
 
 double Optimizer::current_lr_factor() const { return config_.schedule ? config_.schedule->factor(steps_) : 1.0; }
@@ -177,7 +185,7 @@ void Optimizer::reduce_grads(Group& g, double scale) {
         break;
       case ShardingMode::ddp:
         if (batch) {
-          shard = Tensor::empty({n}, g.dtype);
+          shard = Tensor::empty({n}, g.dtype, device_);
           batch->reduce_scatter(g.grads.buffer(), shard, ReduceOp::sum, acc);
         } else {
           shard = g.grads.buffer();
@@ -186,7 +194,7 @@ void Optimizer::reduce_grads(Group& g, double scale) {
       case ShardingMode::mesh:
         if (batch) {
           // Segment q of the reduce_scatter is the shards of ddp group q's domain ranks; this rank keeps its own.
-          Tensor segment = Tensor::empty({n * plan_.domain_ranks}, g.dtype);
+          Tensor segment = Tensor::empty({n * plan_.domain_ranks}, g.dtype, device_);
           batch->reduce_scatter(g.grads.buffer(), segment, ReduceOp::sum, acc);
           shard = segment.narrow(0, plan_.domain_index * n, n);
         } else {
@@ -206,10 +214,11 @@ void Optimizer::reduce_grads(Group& g, double scale) {
     }
   }
   g.grad_shard = shard.dtype() == g.master_dtype ? shard : shard.to(g.master_dtype);
-  scale_in_place(g.grad_shard, scale);
+  scale_grad(g.grad_shard, scale);
 }
 
 double Optimizer::clip(std::vector<Group>& groups) {
+  if (device_.is_cuda()) return clip_on_device(groups);
   auto scope = mesh_.flat().ledger().scope("clip");
   Tensor sq = zeros({1}, {DType::f64});
   double local = 0;
@@ -251,6 +260,7 @@ void update_slots(const std::vector<ArenaSlot>& slots, const std::vector<bool>& 
 }  // namespace
 
 void Optimizer::update(Group& g, double factor) {
+  if (device_.is_cuda()) return update_on_device(g, factor);
   const int64_t begin = g.layout.shard_begin(plan_.own_shard), n = g.layout.shard_numel;
   auto run = [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -290,6 +300,9 @@ void Optimizer::gather_params(Group& g) {
 }
 
 std::shared_ptr<DeferredDomainSums> Optimizer::defer_domain_grad_sums() {
+  SHARDRT_CHECK(device_.is_cpu(), DeviceError, "optimizer: deferred domain grad sums on ", device_.str(),
+                " parameters are not supported yet; sum the grads in the patches (do not call "
+                "defer_domain_grad_sums) or train on the CPU");
   SHARDRT_CHECK(deferral_.expired(), ValueError,
                 "optimizer: defer_domain_grad_sums() while this micro-batch's deferred scope is still open; open one "
                 "per micro-batch");

@@ -26,6 +26,16 @@
 // "zero3.gather_backward" and "zero3.reduce_grads" (nested in whatever scope the caller has open). Call step()
 // after every backward. Between steps the blocks' parameter tensors are handles whose storage is released: read
 // them after summon_parameters(). The module must outlive the optimizer.
+//
+// CUDA parameters (optim/optimizer_device.cpp; docs/gpu.md): every parameter on one device (a mix is a
+// DeviceError naming two of them); the arenas, master weights and state live there, leaf grads are views into
+// the device grad arena, the collectives run on device buffers (NCCL, or staged through the host by the MPI
+// backend), the clipping norm is reduced on the device, and AdamW / SGD update through the fused kernels with
+// the learning rate and step count in device memory (kernels/cuda/optim_update.h: advance_step), so a step can be
+// captured into a CUDA graph (optim/captured_step.h). No step reads the device from the host, except a
+// multi-rank collective staged through MPI; last_grad_norm() does (one read, on demand). Modes replicated, ddp and
+// mesh; zero3 and the deferred domain sums are refused on CUDA with a DeviceError (not done yet). Muon runs
+// eagerly on CUDA (its rate is a host scalar) and is refused by a capture.
 #pragma once
 #include <memory>
 #include <optional>
@@ -90,7 +100,9 @@ class Optimizer {
 
   int64_t steps_taken() const { return steps_; }
   double current_lr_factor() const;
-  double last_grad_norm() const { return last_norm_; }  // before clipping; 0 when clipping is off
+  // Before clipping; 0 when clipping is off. CUDA parameters: read from the device (synchronises).
+  double last_grad_norm() const;
+  Device device() const { return device_; }  // where the parameters, grads and arenas live
   const ShardPlan& plan() const { return plan_; }
   // Bytes held now (at rest between steps: what a mode keeps; zero3's gathered blocks are transient).
   OptimizerMemory memory() const;
@@ -170,6 +182,12 @@ class Optimizer {
   void update(Group& g, double lr_factor);
   void gather_params(Group& g);
   void zero_group_grads(Group& g);
+  // CUDA parameters (optim/optimizer_device.cpp)
+  void device_setup();
+  void scale_grad(Tensor& t, double s);
+  double clip_on_device(std::vector<Group>& groups);
+  void update_on_device(Group& g, double lr_factor);
+  void write_device_step();  // device step scalars <- steps_ (construction, load)
   // zero3 (optim/zero3.cpp)
   std::vector<int> zero3_assign_units(models::Module& module, const models::NamedTensors& named);
   void zero3_install();
@@ -203,6 +221,13 @@ class Optimizer {
   // This micro-batch deferred its domain sums and ends the accumulation window: zero3's blocks sum their grad
   // shards over domain after the reduce-scatter (zero3.cpp). Set by defer_domain_grad_sums, cleared by step().
   bool zero3_sum_domain_ = false;
+  // CUDA parameters
+  Device device_ = Device::cpu();
+  Tensor step_scalars_;  // u8 bytes of a kernels::cuda::DeviceStepScalars, on device_
+  Tensor clip_slots_;    // f64 on device_: [0] squared norm, [1] norm, [2] coefficient, then the partial sums
+  Tensor lr_table_;      // set by a capture: the schedule factors of steps lr_table_first_, ... (device f64)
+  int64_t lr_table_first_ = 0;
+  friend class CapturedStep;
 };
 
 }  // namespace shardrt::optim

@@ -39,7 +39,10 @@ CheckpointContents Optimizer::checkpoint_contents() const {
   if (writer)
     for (const Piece& p : shard_pieces()) {
       const ArenaSlot& s = groups_[p.group].layout.slots[p.slot];
-      c.ranges.push_back({p.kind + "." + s.name, s.shape, p.begin, piece_tensor(p).clone()});
+      // CUDA arenas: the writer reads host memory, so each piece comes to the host (one copy either way).
+      const Tensor piece = piece_tensor(p);
+      c.ranges.push_back({p.kind + "." + s.name, s.shape, p.begin,
+                          piece.device().is_cpu() ? piece.clone() : piece.to(Device::cpu())});
     }
   c.state = {{"step", steps_},
              {"algorithm", algorithm_name(config_.algorithm)},
@@ -68,6 +71,7 @@ void Optimizer::load_from(const LoadedCheckpoint& loaded) {
                 "optimizer load_from: the checkpoint state has no 'step'; it was not saved by Optimizer::save");
   for (size_t k = 0; k < pieces.size(); ++k) piece_tensor(pieces[k]).copy_(loaded.values[k]);
   steps_ = loaded.state.at("step").get<int64_t>();
+  if (device_.is_cuda()) write_device_step();
   micro_ = 0;
   auto scope = mesh_.flat().ledger().scope("optimizer.load");
   // zero3: blocks gathered before the load hold stale values; their next forward gathers the loaded shards.

@@ -1,5 +1,6 @@
 // cuda_context.h for builds without CUDA: there are no devices.
 #include "runtime/cuda_context.h"
+#include "runtime/cuda_capture.h"
 
 #include "runtime/errors.h"
 
@@ -12,5 +13,7 @@ void cuda_synchronize(int device) {
 CudaStream current_stream(int device) {
   throw DeviceError(detail::concat("current_stream: cuda:", device, " requested but ShardRT was built without CUDA"));
 }
+
+bool stream_capturing(int) { return false; }
 
 }  // namespace shardrt

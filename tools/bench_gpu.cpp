@@ -9,10 +9,10 @@
 //   attention  kernels/cuda/attention forward and backward in bf16 at head dims 32, 64, 128 and lengths 256 to
 //              16k (BH chosen so every row has about 64k query tokens); TFLOP/s with the usual counts, forward
 //              4 BH N^2 D and backward 2.5 times that (the algorithmic flops, not counting the recomputation).
-//   models     one ViT-S training step (forward + backward) on cuda:0 with the parameters and input moved there,
-//              f32 (the ops take f32/f64; bf16 autocast is not built): step ms, tokens/s, MFU against the f32
-//              peak, and the device allocator's peak bytes. A model whose ops lack a CUDA kernel reports the
-//              error in its row instead of a time.
+//   models     a whole training step (forward, backward, clipped AdamW update) of ViT-S and FLARE on cuda:0,
+//              eager and replayed from one CUDA graph (optim/captured_step.h): step ms, tokens/s, MFU against the
+//              f32 peak, and the device allocator's peak bytes (extra column). f32 only: the bf16 autocast scope
+//              is not on this branch yet. A model whose ops fail on the device reports the error in its row.
 // Without a GPU (or in a build without CUDA) it prints "no GPU: skipped" and exits 0.
 //
 // CSV columns: section,name,dtype,shape,ms,tflops,peak_tflops,percent_of_peak,extra
@@ -34,7 +34,10 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemm_lt.h"
 #include "mesh/mesh.h"
+#include "autograd/ops.h"
 #include "models/model.h"
+#include "optim/captured_step.h"
+#include "optim/optimizer.h"
 #include "patches/ops.h"
 #include "patches/shard_tensor.h"
 #include "runtime/allocator.h"
@@ -157,44 +160,79 @@ void bench_attention(bool quick, const Peaks& peaks) {
   }
 }
 
-// One ViT-S training step (the bench-models workload: 128^2 images, patch 8, 256 tokens, E 384, 6 heads, depth 6)
-// at batch 1 on cuda:0.
+// A whole training step (forward, backward, AdamW update with clipping) of ViT-S and FLARE on cuda:0, eager and
+// replayed from one CUDA graph (optim/captured_step.h). ViT-S is the bench-models workload (128^2 images, patch 8
+// -> 256 tokens, E 384, 6 heads, depth 6); FLARE is bench-models' Darcy 85^2 configuration (7,225 points, 4
+// layers, 128 hidden, 8 heads, 64 slices). f32 (see the header comment for bf16).
+struct ModelBench {
+  const char* name;
+  const char* kind;
+  const char* config;
+  std::vector<std::pair<std::string, Shape>> inputs;
+  double tokens;
+  // Training flops besides 6 per parameter per token (forward 2, backward 4): the attention matmuls, 12 M N E
+  // per layer for M queries against N keys of width E (2 GEMMs, forward and twice that backward).
+  double attention_flops;
+};
+
+void bench_model_step(const ModelBench& mb, bool quick, const Peaks& peaks) {
+  const Device dev = Device::cuda(0);
+  auto model = models::build_model(mb.kind, models::Json::parse(mb.config), {DType::f32, 0});
+  model->to(dev);
+  const Mesh mesh(MPI_COMM_SELF, 1, 1);
+  optim::OptimizerConfig oc;
+  oc.adamw.lr = 1e-4;
+  oc.max_grad_norm = 1.0;
+  optim::Optimizer opt(mesh, *model, oc);
+  std::map<std::string, ShardTensor> inputs;
+  uint64_t seed = 11;
+  for (const auto& [name, shape] : mb.inputs)
+    inputs[name] = distribute(device_randn(shape, DType::f32, seed++), mesh, model->input_placements(name, shape, mesh));
+  Tensor target;
+  const Tensor loss_seed = ones({}, {DType::f32, dev});
+  auto forward_backward = [&] {
+    const Tensor y = model->forward(inputs).at(0).local();
+    if (!target.defined()) target = device_randn(y.shape(), DType::f32, 99);
+    const Tensor loss = mse_loss(y, target);
+    backward({loss}, {loss_seed});
+    return loss;
+  };
+  const double params = static_cast<double>(model->num_parameters());
+  const double flops = 6 * params * mb.tokens + mb.attention_flops;
+  const int iters = quick ? 5 : 20;
+  auto report = [&](const char* how, double ms) {
+    char extra[200];
+    std::snprintf(extra, sizeof extra, "%s tokens_per_s=%.0f peak_bytes=%lld params=%.0f", how, mb.tokens / (ms * 1e-3),
+                  static_cast<long long>(memory_stats(dev).peak_bytes), params);
+    row("models", mb.name, "f32", "B=1 tokens=" + std::to_string(static_cast<long long>(mb.tokens)), ms, flops,
+        peaks.f32, extra);
+  };
+  allocator_for(dev).reset_peak();
+  report("eager", median_ms([&] { forward_backward(); opt.step(); }, 2, iters));
+  // The graph: captured after the eager warm-up above, replayed for as many steps as were planned.
+  allocator_for(dev).reset_peak();
+  optim::CapturedStep step(opt, forward_backward, 2 + iters);
+  report("graph", median_ms([&] { step.replay(); }, 2, iters));
+  step.check();
+}
+
 void bench_models(bool quick, const Peaks& peaks) {
-  const char* name = "vit_s";
-  try {
-    const models::Json config = models::Json::parse(R"({"img_size": [128, 128], "patch_size": 8, "in_channels": 3,
-        "num_classes": 10, "embed_dim": 384, "num_heads": 6, "depth": 6})");
-    auto model = models::build_model("vit", config, {DType::f32, 0});
-    std::vector<Tensor> on_device;
-    for (const Tensor& t : model->parameters()) {
-      Tensor d = t.detach().to(Device::cuda(0));
-      set_requires_grad(d);
-      on_device.push_back(d);
+  const std::vector<ModelBench> benches = {
+      {"vit_s_train", "vit",
+       R"({"img_size": [128, 128], "patch_size": 8, "in_channels": 3, "num_classes": 10, "embed_dim": 384,
+           "num_heads": 6, "depth": 6})",
+       {{"x", {1, 3, 128, 128}}}, 256, 12.0 * 6 * 256 * 256 * 384},
+      {"flare_train", "flare",
+       R"({"functional_dim": 1, "out_dim": 1, "embedding_dim": 2, "n_layers": 4, "n_hidden": 128, "n_head": 8,
+           "mlp_ratio": 4, "slice_num": 64, "structured_shape": [85, 85]})",
+       {{"fx", {1, 7225, 1}}, {"embedding", {1, 7225, 2}}}, 7225, 2 * 12.0 * 4 * 64 * 7225 * 128},
+  };
+  for (const ModelBench& mb : benches) {
+    try {
+      bench_model_step(mb, quick, peaks);
+    } catch (const std::exception& e) {
+      failed_row("models", mb.name, e.what());
     }
-    model->bind_parameters(on_device);
-    const Mesh mesh(MPI_COMM_SELF, 1, 1);
-    const Shape x_shape{1, 3, 128, 128};
-    const Tensor x = device_randn(x_shape, DType::f32, 7);
-    std::map<std::string, ShardTensor> inputs;
-    inputs["x"] = distribute(x, mesh, model->input_placements("x", x_shape, mesh));
-    Tensor gout;
-    allocator_for(Device::cuda(0)).reset_peak();
-    auto step = [&] {
-      for (Tensor p : on_device) zero_grad(p);
-      ShardTensor y = model->forward(inputs)[0];
-      if (!gout.defined()) gout = device_randn(y.global_shape(), DType::f32, 8);
-      backward_global(y, gout);
-    };
-    const double ms = median_ms(step, 2, quick ? 3 : 10);
-    // Training flops: 6 per parameter per token for the matmuls, plus attention's 12 N^2 E per layer (fwd + bwd).
-    const double tokens = 256, params = static_cast<double>(model->num_parameters());
-    const double flops = 6 * params * tokens + 12.0 * 6 * tokens * tokens * 384;
-    char extra[160];
-    std::snprintf(extra, sizeof extra, "tokens_per_s=%.0f peak_bytes=%lld", tokens / (ms * 1e-3),
-                  static_cast<long long>(memory_stats(Device::cuda(0)).peak_bytes));
-    row("models", name, "f32", "B=1 tokens=256", ms, flops, peaks.f32, extra);
-  } catch (const std::exception& e) {
-    failed_row("models", name, e.what());
   }
 }
 

@@ -36,7 +36,10 @@ int main(int argc, char** argv) {
                  "write per rank the peak bytes within a step and the comm bytes per step per mesh axis as JSON "
                  "(to check shardrt-plan)");
   app.add_flag("--print-config", print_config, "print the merged config (defaults + file + --set) and stop");
+  std::string device;
+  app.add_option("--device", device, "train on this device, e.g. cuda:0 (the config key \"device\"; default cpu)");
   if (const auto stop = session.parse(app, argc, argv)) return *stop;
+  if (!device.empty()) overrides.push_back("device=\"" + device + "\"");
 
   std::string error;
   try {

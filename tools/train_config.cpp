@@ -17,6 +17,7 @@ json default_train_document() {
     json doc = json::parse(R"({
       "model": {"kind": "flare", "args": {}, "seed": 0},
       "precision": "f32",
+      "device": "cpu",
       "loss": {"kind": "relative_l2", "huber_delta": 1.0},
       "data": {"train": "", "val": "", "batch_size": 1, "shuffle": true, "seed": 0, "normalize": true},
       "mesh": {"ddp": 1, "domain": 1},
@@ -150,6 +151,9 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   // under an Autocast scope, so the matmul-class ops multiply 16-bit operands with f32 accumulation.
   if (precision == "bf16-autocast") c.autocast = DType::bf16;
   if (precision == "f16-autocast") c.autocast = DType::f16;
+  // "device": where the model, each batch and the optimizer live ("cpu" or "cuda:N"; one device per rank).
+  const std::string device = doc["device"].get<std::string>();
+  c.device = Device::parse(device);
 
   const json& o = doc["optimizer"];
   c.optimizer = optim::optimizer_config_from_json(o, "shardrt-train");

@@ -29,6 +29,7 @@ struct TrainConfig {
   // "precision": "bf16-autocast" / "f16-autocast": dtype f32, and forward + backward under Autocast(*autocast)
   // (autograd/autocast.h). nullopt for f32 and f64.
   std::optional<DType> autocast;
+  Device device = Device::cpu();  // "device": cpu or cuda:N (model, batches, optimizer arenas)
 
   optim::OptimizerConfig optimizer;  // accumulation_steps is derived (see batch_size)
   double base_lr = 1e-3;

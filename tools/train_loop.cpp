@@ -13,6 +13,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/engine.h"
+#include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "data/loader.h"
 #include "data/normalizer.h"
@@ -59,17 +60,26 @@ struct PanelSample {
 
 // The mean over validation samples of ||pred - true|| / ||true|| of the pressure ("darcy"), in physical units
 // (the normaliser undone). Whole tensors are gathered per batch: validation is small next to training.
+// A batch's tensor on the training device (the loader reads into host memory). Data, not a parameter: no grad.
+ShardTensor on_device(const ShardTensor& t, Device device) {
+  return t.device() == device ? t : ShardTensor(t.local().to(device), t.spec());
+}
+std::map<std::string, ShardTensor> on_device(std::map<std::string, ShardTensor> inputs, Device device) {
+  for (auto& [name, t] : inputs) t = on_device(t, device);
+  return inputs;
+}
+
 double validate(models::Model& model, const DarcyModelIO& io, data::DarcyLoader& val,
                 const std::optional<data::Normalizer>& norm, int64_t batches, int64_t panel_sample,
-                PanelSample* panel) {
+                PanelSample* panel, Device device) {
   NoGradGuard no_grad;
   val.seek(0);
   double total = 0;
   int64_t counted = 0;
   for (int64_t k = 0; k < batches; ++k) {
     data::DarcyBatch b = val.next();
-    const ShardTensor pred = model.forward(io.inputs(b)).at(0);
-    Tensor p = full_tensor(pred).to(DType::f64).contiguous().clone();
+    const ShardTensor pred = model.forward(on_device(io.inputs(b), device)).at(0);
+    Tensor p = full_tensor(pred).to(Device::cpu()).to(DType::f64).contiguous().clone();
     Tensor t = full_tensor(io.target(b)).to(DType::f64).contiguous().clone();
     if (norm) norm->denormalize("darcy", p), norm->denormalize("darcy", t);
     const int64_t B = p.size(0), n = p.numel() / B;
@@ -200,6 +210,8 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
                              "shardrt-train: epochs " + std::to_string(c.epochs) + " of " +
                                  std::to_string(batches_per_epoch / micro) + " steps make no step; raise epochs");
   oc.schedule = agreed(mesh, [&] { return optim::schedule_from_json(c.schedule, total, "shardrt-train"); });
+  // On a GPU the parameters move before the optimizer takes them into its (device) arenas.
+  if (c.device.is_cuda()) model->to(c.device);
   optim::Optimizer opt(mesh, *model, oc);
 
   Resumed resumed;
@@ -273,8 +285,12 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
   int64_t epoch = 0;
   std::optional<StepMeasure> measure;
   if (!options.measure_path.empty()) measure.emplace(mesh);
+  // On a GPU the step's loss stays on the device (summed over its micro-batches there) and is read once per log
+  // line, so steps between log lines never wait for the device; the finiteness check runs on those reads.
+  const bool on_gpu = c.device.is_cuda();
   while (step < total) {
     double loss_sum = 0, lr = 0;
+    Tensor device_loss_sum;
     if (measure) measure->begin();
     for (int64_t k = 0; k < micro; ++k) {
       data::DarcyBatch b = train->next();
@@ -284,31 +300,43 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
         // The autocast precisions: forward and backward in one scope; the optimizer below updates f32 masters.
         std::optional<Autocast> scope;
         if (c.autocast) scope.emplace(*c.autocast);
-        const ShardTensor pred = model->forward(io->inputs(b)).at(0);
-        loss = training_loss(c, pred, io->target(b));
+        const ShardTensor pred = model->forward(on_device(io->inputs(b), c.device)).at(0);
+        loss = training_loss(c, pred, on_device(io->target(b), c.device));
         backward(loss.local());
       }
-      loss_sum += loss.local().item();
+      if (on_gpu) {
+        NoGradGuard no_grad;
+        const Tensor l = loss.local().detach().to(DType::f64);
+        device_loss_sum = device_loss_sum.defined() ? add(device_loss_sum, l) : l;
+      } else {
+        loss_sum += loss.local().item();
+      }
       // The optimizer counts micro-batches: every accumulation_steps-th call updates, with the summed grads / k.
       if (k == micro - 1) lr = c.base_lr * opt.current_lr_factor();
       opt.step();
     }
     if (measure) measure->end();
     ++step, ++window_steps;
-    const double loss = loss_sum / static_cast<double>(micro);
-    last_loss = loss;
-    // The loss is Replicate (the same on every rank); agreeing anyway keeps a rank-local NaN from going unnoticed.
-    agree_or_throw<ValueError>(mesh.flat(), std::isfinite(loss),
-                               "shardrt-train: the loss is " + std::to_string(loss) + " at step " +
-                                   std::to_string(step) + "; lower optimizer.lr or set optimizer.max_grad_norm");
     const bool last = step == total;
     const bool do_val = val && ((c.val_every > 0 && step % c.val_every == 0) || last);
+    const bool checkpointing = (c.checkpoint_every > 0 && step % c.checkpoint_every == 0) ||
+                               (options.stop_after > 0 && step == options.stop_after);
     const bool do_log = step % c.log_every == 0 || last || do_val;
+    // A GPU step's loss is read when it is logged or a checkpoint records the run (then the check below runs).
+    const bool read_loss = !on_gpu || do_log || checkpointing;
+    if (on_gpu && read_loss) loss_sum = device_loss_sum.item();
+    const double loss = read_loss ? loss_sum / static_cast<double>(micro) : last_loss;
+    last_loss = loss;
+    // The loss is Replicate (the same on every rank); agreeing anyway keeps a rank-local NaN from going unnoticed.
+    if (read_loss)
+      agree_or_throw<ValueError>(mesh.flat(), std::isfinite(loss),
+                                 "shardrt-train: the loss is " + std::to_string(loss) + " at step " +
+                                     std::to_string(step) + "; lower optimizer.lr or set optimizer.max_grad_norm");
     std::optional<double> val_l2;
     if (do_val) {
       std::optional<Autocast> scope;  // validation computes as training does
       if (c.autocast) scope.emplace(*c.autocast);
-      val_l2 = validate(*model, *io, *val, norm, val_batches, c.panel_sample, last ? &panel : nullptr);
+      val_l2 = validate(*model, *io, *val, norm, val_batches, c.panel_sample, last ? &panel : nullptr, c.device);
       last_val = *val_l2;
     }
     if (do_log) {

@@ -9,6 +9,7 @@
 #include "autograd/ops/common.h"
 #include "kernels/cpu/index.h"
 #include "kernels/cuda/index.h"
+#include "runtime/cuda_capture.h"
 #include "runtime/factories.h"
 
 namespace shardrt {
@@ -27,9 +28,18 @@ void check_index_tensor(const char* op, const Tensor& x, const Tensor& index) {
 }
 
 // ValueError naming the first index value outside [0, n), which indexes dim `dim` of x.
-// A CUDA index is read on the host for this check (one device-to-host copy, which waits for the index): the
-// kernels trust their indices, and an out-of-range one would read or write outside the tensor.
+// A CUDA index is read on the host for this check (one device-to-host copy, which waits for the index). Inside a
+// CUDA graph capture that read is forbidden: the check is then a kernel that raises the device's index error flag
+// (kernels/cuda/index.h), which the captured step reads after its replay (optim/captured_step.h), and the kernels
+// themselves ignore an out-of-range index safely.
 void check_index_values(const char* op, const Tensor& index, int64_t n, int dim, const Tensor& x) {
+  if (index.device().is_cuda() && stream_capturing(index.device().index)) {
+    const int dev = index.device().index;
+    const Tensor ic = index.contiguous();
+    kernels::cuda::check_index_bounds(ic.numel(), ic.data<int64_t>(), n, kernels::cuda::index_error_flag(dev),
+                                      current_stream(dev));
+    return;
+  }
   Tensor ic = index.to(Device::cpu()).contiguous();
   const int64_t* values = ic.data<int64_t>();
   for (int64_t i = 0; i < ic.numel(); ++i)

@@ -265,4 +265,37 @@ template void muon_update<float>(int64_t, int64_t, float*, const float*, float*,
 template void muon_update<double>(int64_t, int64_t, double*, const double*, double*, const MuonHyper&, ParamCopy,
                                   CudaStream);
 
+void advance_step(DeviceStepScalars*, const double*, int64_t, int64_t, double, const StepRules&, CudaStream) {
+  unavailable("advance_step");
+}
+void clip_coefficient(const double*, double, double*, double*, CudaStream) { unavailable("clip_coefficient"); }
+template <typename T>
+void adamw_update_scheduled(int64_t, T*, const T*, T*, T*, const AdamWHyper&, const DeviceStepScalars*, ParamCopy,
+                            CudaStream) {
+  unavailable("adamw_update_scheduled");
+}
+template <typename T>
+void sgd_update_scheduled(int64_t, T*, const T*, T*, const SGDHyper&, const DeviceStepScalars*, ParamCopy,
+                          CudaStream) {
+  unavailable("sgd_update_scheduled");
+}
+template <typename T>
+void sum_squares_add(int64_t, const T*, double*, double*, CudaStream) {
+  unavailable("sum_squares_add");
+}
+template <typename T>
+void scale_by(int64_t, T*, const double*, double, CudaStream) {
+  unavailable("scale_by");
+}
+#define SHARDRT_INSTANTIATE_UNAVAILABLE_SCHEDULED(T)                                                                \
+  template void adamw_update_scheduled<T>(int64_t, T*, const T*, T*, T*, const AdamWHyper&,                     \
+                                          const DeviceStepScalars*, ParamCopy, CudaStream);                     \
+  template void sgd_update_scheduled<T>(int64_t, T*, const T*, T*, const SGDHyper&, const DeviceStepScalars*,   \
+                                        ParamCopy, CudaStream);                                                 \
+  template void sum_squares_add<T>(int64_t, const T*, double*, double*, CudaStream);                            \
+  template void scale_by<T>(int64_t, T*, const double*, double, CudaStream);
+SHARDRT_INSTANTIATE_UNAVAILABLE_SCHEDULED(float)
+SHARDRT_INSTANTIATE_UNAVAILABLE_SCHEDULED(double)
+#undef SHARDRT_INSTANTIATE_UNAVAILABLE_SCHEDULED
+
 }  // namespace shardrt::kernels::cuda

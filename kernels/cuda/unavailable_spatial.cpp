@@ -99,6 +99,9 @@ template <typename T>
 void scatter_add(int64_t, int64_t, int64_t, T*, int64_t, const int64_t*, const T*, CudaStream) {
   unavailable("scatter_add");
 }
+int* index_error_flag(int) { unavailable("index_error_flag"); }
+void check_index_bounds(int64_t, const int64_t*, int64_t, int*, CudaStream) { unavailable("check_index_bounds"); }
+bool take_index_error(int) { unavailable("take_index_error"); }
 
 // ---- shape_ops.h ----
 

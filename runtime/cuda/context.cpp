@@ -1,5 +1,6 @@
 // cuda_context.h for builds with CUDA.
 #include "runtime/cuda_context.h"
+#include "runtime/cuda_capture.h"
 
 #include <cuda_runtime_api.h>
 
@@ -18,6 +19,13 @@ int cuda_device_count() {
     return n;
   }();
   return count;
+}
+
+bool stream_capturing(int device) {
+  if (device < 0 || device >= cuda_device_count()) return false;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  SHARDRT_CUDA_CHECK(cudaStreamIsCapturing(current_stream(device), &status));
+  return status != cudaStreamCaptureStatusNone;
 }
 
 void cuda_synchronize(int device) { SHARDRT_CUDA_CHECK(cudaStreamSynchronize(current_stream(device))); }

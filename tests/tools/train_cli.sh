@@ -8,6 +8,7 @@
 #   3. a misspelt config key stops every rank with the same message and a non-zero exit;
 #   4. the CSV, the loss plot and the panel are written;
 #   5. "precision": "bf16-autocast" trains (the loss goes down, near the f32 run's).
+#   6. --device cuda:0 trains like the CPU where a GPU is present, and is refused clearly where none is.
 #   train_cli.sh GEN TRAIN MPIEXEC
 set -euo pipefail
 gen=$1 train=$2 mpiexec=$3
@@ -159,6 +160,27 @@ if differ:
     sys.exit(f"train_cli: {len(differ)} of {len(a)} saved tensors differ after resume, e.g. {differ[:3]}")
 print(f"resume: 10 steps == 5 + new process + 5, {len(a)} saved tensors bit for bit (step {ia['state']['step']})")
 PY
+
+# 6. --device cuda:0: with a GPU, the same 4 steps (f64) give the 1-rank losses to 1e-9 relative (different
+# summation orders on the device); without one, a clear DeviceError and a non-zero exit.
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  mpi 1 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/gpu" --device cuda:0 >"$dir/gpu.log"
+  python3 - "$dir/m1/metrics.csv" "$dir/gpu/metrics.csv" <<'PY'
+import csv, sys
+cpu, gpu = [list(csv.DictReader(open(p))) for p in sys.argv[1:]]
+for a, b in zip(cpu, gpu):
+    x, y = float(a["loss"]), float(b["loss"])
+    if abs(x - y) > 1e-9 * abs(x):
+        sys.exit(f"train_cli: step {a['step']} loss {x!r} on the cpu vs {y!r} on cuda:0")
+print("cuda:0 matches the cpu run:", [float(r["loss"]) for r in gpu])
+PY
+else
+  if mpi 1 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/gpu" --device cuda:0 >/dev/null 2>"$dir/gpu.err"; then
+    fail "--device cuda:0 ran without a GPU"
+  fi
+  grep -q "cuda:0" "$dir/gpu.err" || fail "--device cuda:0 without a GPU: unexpected message: $(cat "$dir/gpu.err")"
+  echo "no GPU: --device cuda:0 refused ($(head -c 160 "$dir/gpu.err"))"
+fi
 
 # 3. A misspelt key: every rank refuses it with one message, and the job fails.
 if mpi 4 "$train" --config "$dir/tiny.json" --set optimizer.lrr=1 >"$dir/bad.out" 2>"$dir/bad.err"; then
