@@ -27,12 +27,18 @@ export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 installed_prefix="$(sed -n 's/^prefix=//p' "$libdir/pkgconfig/shardrt.pc")"
 sed -i "s|^prefix=.*|prefix=$dest$installed_prefix|" "$libdir"/pkgconfig/shardrt*.pc
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
+# A library built with -Db_sanitize (tools/test --sanitize) needs its sanitizer runtimes loaded first, which only a
+# program linked with the same -fsanitize gets: the consumers are built with it then, like any sanitized code base.
+consumer_flags=""
+if readelf -d "$libshardrt" | grep -q 'NEEDED.*libasan'; then
+  consumer_flags="-fsanitize=address,undefined -fno-sanitize-recover=all"
+fi
 mpi_run() { timeout -k 5 60 mpiexec --oversubscribe --bind-to none "$@" </dev/null; }
 
 case "$kind" in
 pkgconfig)
   mkdir -p "$work/examples"
-  make -s -C "$src/examples" O="$work/examples" OPT=-O0 -j2  # -O0: the examples spend their time in libshardrt
+  make -s -C "$src/examples" O="$work/examples" OPT="-O0 $consumer_flags" -j2  # -O0: the time is in libshardrt
   # One run each (the cmake check runs them on 1..4 ranks).
   g="$src/tests/data/golden"
   mpi_run -n 2 "$work/examples/sharded_inference" "$g/flare_irregular.config.json" "$g/flare_irregular.mdlus" \
@@ -47,14 +53,17 @@ pkgconfig)
   ;;
 cmake)
   cmake -S "$src/examples" -B "$work/examples" -G Ninja -DCMAKE_PREFIX_PATH="$dest$installed_prefix" \
-    -DCMAKE_BUILD_TYPE= -DSHARDRT_EXAMPLE_DATA="$src/tests/data/golden" >"$work/cmake.log" ||
+    -DCMAKE_BUILD_TYPE= -DSHARDRT_EXAMPLE_DATA="$src/tests/data/golden" -DCMAKE_C_FLAGS="$consumer_flags" \
+    -DCMAKE_CXX_FLAGS="$consumer_flags" -DCMAKE_Fortran_FLAGS="$consumer_flags" \
+    -DCMAKE_EXE_LINKER_FLAGS="$consumer_flags" >"$work/cmake.log" ||
     { cat "$work/cmake.log"; exit 1; }
   cmake --build "$work/examples" -j2
   ctest --test-dir "$work/examples" --output-on-failure -j2
   ;;
 meson)
   cp -r "$src/tests/install/meson" "$work/consumer"
-  meson setup "$work/consumer/build" "$work/consumer" >"$work/setup.log" || { cat "$work/setup.log"; exit 1; }
+  meson setup "$work/consumer/build" "$work/consumer" ${consumer_flags:+-Db_sanitize=address,undefined} \
+    >"$work/setup.log" || { cat "$work/setup.log"; exit 1; }
   meson compile -C "$work/consumer/build" -j2 >/dev/null
   mpi_run -n 2 "$work/consumer/build/consumer_c"
   # As a subproject: dependency('shardrt') must come from ShardRT's own meson.override_dependency.
