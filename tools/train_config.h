@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "optim/optimizer_config.h"
+#include "runtime/device.h"
 #include "runtime/dtype.h"
 
 namespace shardrt::tools {
