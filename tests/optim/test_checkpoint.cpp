@@ -32,23 +32,6 @@ namespace stdfs = std::filesystem;
 
 namespace {
 
-// A fresh directory shared by every rank (rank 0 makes it; the name is broadcast), removed at the end.
-struct SharedTempDir {
-  SharedTempDir() {
-    char buf[256] = {0};
-    if (world_rank() == 0) {
-      std::snprintf(buf, sizeof buf, "/tmp/shardrt-ckpt-XXXXXX");
-      REQUIRE(::mkdtemp(buf) != nullptr);
-    }
-    MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
-    path = buf;
-  }
-  ~SharedTempDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (world_rank() == 0) stdfs::remove_all(path);
-  }
-  std::string path;
-};
 
 Mesh world_ddp() { return Mesh(MPI_COMM_WORLD, -1, 1); }
 
@@ -151,7 +134,7 @@ void flip_byte(const std::string& path, int64_t from_end) {
 
 TEST_CASE("checkpoint: saved by an uneven ddp arena shard, loaded on 2, 1 and all ranks by other splits, bit for bit",
           "[checkpoint]") {
-  SharedTempDir tmp;
+  SharedTempDir tmp("shardrt-ckpt");
   const std::string dir = tmp.path + "/ckpt";
   const auto tensors = optimizer_like_tensors(1.0);
   const int W = world_size();
@@ -207,7 +190,7 @@ TEST_CASE("checkpoint: saved by an uneven ddp arena shard, loaded on 2, 1 and al
 }
 
 TEST_CASE("checkpoint: a second save replaces the first atomically and leaves nothing behind", "[checkpoint]") {
-  SharedTempDir tmp;
+  SharedTempDir tmp("shardrt-ckpt");
   const std::string dir = tmp.path + "/ckpt";
   Mesh mesh = world_ddp();
   const auto first = optimizer_like_tensors(1.0), second = optimizer_like_tensors(2.0);
@@ -229,7 +212,7 @@ TEST_CASE("checkpoint: a second save replaces the first atomically and leaves no
 
 TEST_CASE("checkpoint: damaged files, missing pieces and mismatched requests are the same IoError on every rank",
           "[checkpoint]") {
-  SharedTempDir tmp;
+  SharedTempDir tmp("shardrt-ckpt");
   const std::string dir = tmp.path + "/ckpt";
   const auto tensors = optimizer_like_tensors(3.0);
   Mesh mesh = world_ddp();
@@ -322,7 +305,7 @@ TEST_CASE("checkpoint: damaged files, missing pieces and mismatched requests are
 
 TEST_CASE("checkpoint: a save that fails on one rank fails on every rank and keeps the previous checkpoint",
           "[checkpoint]") {
-  SharedTempDir tmp;
+  SharedTempDir tmp("shardrt-ckpt");
   const std::string dir = tmp.path + "/ckpt";
   const auto tensors = optimizer_like_tensors(4.0);
   Mesh mesh = world_ddp();
@@ -392,7 +375,7 @@ TEST_CASE("checkpoint: a writer killed with SIGKILL in the middle of a save leav
           "[checkpoint][kill]") {
   // The writer is one process of its own; the case runs once, in the 1-rank job of the suite.
   if (world_size() != 1) return;
-  SharedTempDir tmp;
+  SharedTempDir tmp("shardrt-ckpt");
   const std::string dir = tmp.path + "/ckpt";
   const int64_t megabytes = 48;
   Mesh self = Mesh::one_d(MPI_COMM_WORLD, "ddp");

@@ -36,23 +36,6 @@ namespace stdfs = std::filesystem;
 
 namespace {
 
-// A fresh directory shared by every rank (rank 0 makes it, the name is broadcast), removed at the end.
-struct SharedDir {
-  SharedDir() {
-    char buf[256] = {0};
-    if (world_rank() == 0) {
-      std::snprintf(buf, sizeof buf, "/tmp/shardrt-faults-XXXXXX");
-      REQUIRE(::mkdtemp(buf) != nullptr);
-    }
-    MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
-    path = buf;
-  }
-  ~SharedDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (world_rank() == 0) stdfs::remove_all(path);
-  }
-  std::string path;
-};
 
 // Every rank threw an E whose message holds each of `needles`.
 template <typename E>
@@ -152,7 +135,7 @@ std::map<std::string, Tensor> linear_weights(double version) {
 
 TEST_CASE("faults: a checkpoint save onto a full disk fails on every rank, naming the file; the previous one stays",
           "[faults]") {
-  SharedDir tmp;
+  SharedTempDir tmp("shardrt-faults");
   const std::string dir = tmp.path + "/ckpt";
   const Mesh mesh(MPI_COMM_WORLD, -1, 1);
   // About 1 MiB of f32 in all: rank 0's file is more than 64 KiB on any number of ranks of this suite.
@@ -182,7 +165,7 @@ TEST_CASE("faults: the index written onto a full disk fails the save on every ra
     WARN("skipped: needs two ranks (rank 0 must own nothing, so that the index is its only large write)");
     return;
   }
-  SharedDir tmp;
+  SharedTempDir tmp("shardrt-faults");
   const std::string dir = tmp.path + "/ckpt";
   const Mesh mesh(MPI_COMM_WORLD, -1, 1);
   const std::vector<GlobalTensor> v1 = optimizer_like_tensors(1.0), v2 = optimizer_like_tensors(2.0);
@@ -211,7 +194,7 @@ TEST_CASE("faults: the index written onto a full disk fails the save on every ra
 
 TEST_CASE("faults: an unwritable checkpoint folder is an IoError on every rank, at the check before training and at a "
           "save", "[faults]") {
-  SharedDir tmp;
+  SharedTempDir tmp("shardrt-faults");
   const Mesh mesh(MPI_COMM_WORLD, -1, 1);
   const std::vector<GlobalTensor> v1 = optimizer_like_tensors(1.0);
   if (world_rank() == 0) std::ofstream(tmp.path + "/a-file") << "not a directory";
@@ -255,7 +238,7 @@ TEST_CASE("faults: an unwritable checkpoint folder is an IoError on every rank, 
 }
 
 TEST_CASE("faults: weights replaced by rename or truncated in place while loaded", "[faults]") {
-  SharedDir tmp;
+  SharedTempDir tmp("shardrt-faults");
   // Each rank its own file: ranks load independently, and each truncates only what it loaded.
   const std::string path = tmp.path + "/linear-" + std::to_string(world_rank()) + ".safetensors";
   const auto old_values = linear_weights(1.0), new_values = linear_weights(2.0);
