@@ -102,21 +102,26 @@ void muon_update(const Tensor& p, const Tensor& g, const Tensor& buf, int64_t ro
       muon_update<T>(p.data<T>(), g.data<T>(), buf.data<T>(), rows, cols, o, lr);
       refresh_copy(p, param_copy);
     } else {
-      kernels::cuda::MuonHyper h;
-      h.lr = lr;
-      h.step_size = muon_adjusted_lr(lr, rows, cols, o.adjust);
-      h.momentum = o.momentum;
-      h.weight_decay = o.weight_decay;
-      h.nesterov = o.nesterov;
-      h.a = o.a;
-      h.b = o.b;
-      h.c = o.c;
-      h.eps = o.eps;
-      h.ns_steps = o.ns_steps;
+      const kernels::cuda::MuonHyper h = muon_kernel_hyper(o, lr, rows, cols);
       kernels::cuda::muon_update<T>(rows, cols, p.data<T>(), g.data<T>(), buf.data<T>(), h, copy_of(param_copy),
                                     current_stream(p.device().index));
     }
   });
+}
+
+kernels::cuda::MuonHyper muon_kernel_hyper(const MuonOptions& o, double lr, int64_t rows, int64_t cols) {
+  kernels::cuda::MuonHyper h;
+  h.lr = lr;
+  h.step_size = muon_adjusted_lr(lr, rows, cols, o.adjust);
+  h.momentum = o.momentum;
+  h.weight_decay = o.weight_decay;
+  h.nesterov = o.nesterov;
+  h.a = o.a;
+  h.b = o.b;
+  h.c = o.c;
+  h.eps = o.eps;
+  h.ns_steps = o.ns_steps;
+  return h;
 }
 
 }  // namespace shardrt::optim

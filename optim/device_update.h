@@ -10,6 +10,7 @@
 #include "optim/adamw.h"
 #include "optim/muon.h"
 #include "optim/sgd.h"
+#include "kernels/cuda/optim_update.h"
 #include "runtime/tensor.h"
 
 namespace shardrt::optim {
@@ -24,5 +25,9 @@ void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const SGDOp
 // p, g and buf hold one rows x cols matrix.
 void muon_update(const Tensor& p, const Tensor& g, const Tensor& buf, int64_t rows, int64_t cols,
                  const MuonOptions& o, double lr, const Tensor& param_copy = Tensor());
+
+// The fused Muon kernel's hyperparameters for one rows x cols matrix at learning rate `lr` (the scheduled rate),
+// from the options; the eager update and the optimizer's device step share it.
+kernels::cuda::MuonHyper muon_kernel_hyper(const MuonOptions& o, double lr, int64_t rows, int64_t cols);
 
 }  // namespace shardrt::optim

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/optim_update.h"
 #include "optim/clip.h"
+#include "optim/device_update.h"
 #include "optim/optimizer.h"
 #include "runtime/cuda_context.h"
 #include "runtime/errors.h"
@@ -131,18 +132,8 @@ void Optimizer::update_on_device(Group& g, double factor) {
       if (lo >= hi) continue;
       const int64_t at = lo - begin, count = hi - lo;
       if (g.muon[i]) {
-        const MuonOptions& o = config_.muon;
-        cuda::MuonHyper h;
-        h.lr = o.lr * factor;
-        h.step_size = muon_adjusted_lr(h.lr, slot.shape[0], slot.shape[1], o.adjust);
-        h.momentum = o.momentum;
-        h.weight_decay = o.weight_decay;
-        h.nesterov = o.nesterov;
-        h.a = o.a;
-        h.b = o.b;
-        h.c = o.c;
-        h.eps = o.eps;
-        h.ns_steps = o.ns_steps;
+        const cuda::MuonHyper h =
+            muon_kernel_hyper(config_.muon, config_.muon.lr * factor, slot.shape[0], slot.shape[1]);
         cuda::muon_update<T>(slot.shape[0], slot.shape[1], p + at, grad + at, state[2] + at, h, {}, stream);
       } else {
         cuda::adamw_update_scheduled<T>(count, p + at, grad + at, state[0] + at, state[1] + at, adamw, s, {},
