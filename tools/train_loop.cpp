@@ -191,9 +191,6 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
                                  " or --set mesh.ddp=D --set mesh.domain=N with D x N = " + std::to_string(world));
   const Mesh mesh(MPI_COMM_WORLD, c.ddp, c.domain);
   const bool root = mesh.rank() == 0;
-  // Every run ends with a save (and may save every checkpoint.every steps): a folder that cannot be written is an
-  // IoError on every rank now, before step 1, not after hours of training.
-  check_checkpoint_writable(mesh, c.checkpoint_dir);
 
   std::unique_ptr<models::Model> model = agreed(mesh, [&] {
     return models::build_model(c.model_kind, c.model_args, {c.dtype, c.model_seed});
@@ -260,6 +257,10 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
     std::ofstream(c.out_dir + "/config.json") << c.document.dump(2) << "\n";
     csv = std::make_unique<MetricsCsv>(csv_path, options.resume, resumed.step);
   });
+  // Every run ends with a save (and may save every checkpoint.every steps): a folder that cannot be written is an
+  // IoError on every rank now, before step 1, not after hours of training. (After the setup and the output
+  // folder, so a refused config leaves nothing behind and a bad log.out_dir is reported as itself.)
+  check_checkpoint_writable(mesh, c.checkpoint_dir);
   if (root) {
     const std::string precision = c.autocast ? std::string(dtype_name(c.dtype)) + " masters, " +
                                                    dtype_name(*c.autocast) + " autocast"
