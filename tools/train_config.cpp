@@ -1,5 +1,6 @@
 #include "tools/train_config.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <sstream>
@@ -63,6 +64,41 @@ void merge_checked(json& dst, const json& src, const std::string& where, const s
   }
 }
 
+// Through a JSON pointer nlohmann grows a list to whatever index it is given (a resize), and a missing value
+// becomes a list when the next token is a number: "--set model.args.shape.99999999999=1" would allocate without
+// bound, or throw std::length_error. A path through a list may name one of its elements or the slot just past its
+// end (an append; for a list the path creates, its first element), nothing further. pointer: the path under
+// model.args as a JSON pointer ("/shape/0"); its tokens are walked as nlohmann will walk them.
+void check_list_indices(const json& args, const std::string& pointer, const std::string& assignment) {
+  const json* at = &args;  // nullptr past the last existing value: what the rest of the path creates
+  std::string walked = "model.args";
+  for (size_t start = 1; start <= pointer.size();) {
+    const size_t end = std::min(pointer.find('/', start), pointer.size());
+    std::string token = pointer.substr(start, end - start);
+    start = end + 1;
+    for (size_t i; (i = token.find("~1")) != std::string::npos;) token.replace(i, 2, "/");
+    for (size_t i; (i = token.find("~0")) != std::string::npos;) token.replace(i, 2, "~");
+    const bool digits = std::all_of(token.begin(), token.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (at != nullptr && at->is_object()) {
+      const auto it = at->find(token);
+      at = it == at->end() ? nullptr : &*it;
+    } else if (at == nullptr || at->is_array()) {
+      if (at == nullptr && !digits) continue;  // a new object's key
+      const size_t size = at == nullptr ? 0 : at->size();
+      SHARDRT_CHECK(!token.empty() && token.size() <= 18 && digits, ValueError, "shardrt-train: --set '", assignment,
+                    "': '", token, "' is not an index of the list ", walked, " (", size, " elements)");
+      const size_t index = std::stoull(token);
+      SHARDRT_CHECK(index <= size, ValueError, "shardrt-train: --set '", assignment, "': index ", token,
+                    " is past the end of the list ", walked, " (", size, " elements; name one of them, or ", size,
+                    " to append)");
+      at = at == nullptr || index == size ? nullptr : &(*at)[index];
+    } else {
+      return;  // a path through a number or a string: the pointer reports it
+    }
+    walked += "." + token;
+  }
+}
+
 }  // namespace
 
 void apply_override(json& doc, const std::string& assignment) {
@@ -90,6 +126,7 @@ void apply_override(json& doc, const std::string& assignment) {
   if (parts.size() > 2 && parts[0] == "model" && parts[1] == "args") {
     std::string ptr = "/" + key.substr(std::string("model.args.").size());
     for (char& c : ptr) c = c == '.' ? '/' : c;
+    check_list_indices(doc["model"]["args"], ptr, assignment);
     try {
       doc["model"]["args"][json::json_pointer(ptr)] = value;
     } catch (const json::exception& e) {  // a '~' that is no JSON-pointer escape, a path through a number

@@ -305,6 +305,8 @@ void training_config_seeds() {
   tc("overrides-bad", "--set noequals\n--set =3\n--set optimizer=5\n--set optimizer.lr.x=1");
   tc("override-pointer-escape", "--set data.train=a\n--set steps=1\n--set model.args.a~b=1");
   tc("override-not-utf8", "--set data.train=run/\xff\xfe.json\n--set steps=1\n--set model.args.\xc3=1");
+  tc("override-list-index", "--set data.train=a\n--set steps=1\n--set model.args.a=[[1, 2]]\n"
+                            "--set model.args.a.0.2=3\n--set model.args.a.0.99999999999=1");  // found by the fuzzer
   tc("override-through-number", "--set data.train=a\n--set steps=1\n--set model.args.n=5\n--set model.args.n.m=1");
 }
 

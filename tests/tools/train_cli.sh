@@ -207,5 +207,7 @@ bad_value() {  # bad_value EXPECTED-TEXT --set ...
 bad_value "config key 'steps' is 1e+300 but must be an integer" --set steps=1e300
 bad_value "config key 'mesh.ddp' is 4294967297 but must be an integer in [1, 2147483647]" --set mesh.ddp=4294967297
 bad_value "cannot set model.args.a~b" --set 'model.args.a~b=1'
+bad_value "index 99999999999 is past the end of the list model.args.structured_shape (2 elements" \
+  --set 'model.args.structured_shape.99999999999=1'
 bad_value "optimizer.betas must be [beta1, beta2] (two numbers)" --set 'optimizer.betas=["a","b"]'
 echo "train_cli: all checks passed"
