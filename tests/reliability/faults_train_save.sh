@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A real training run killed while a checkpoint save is in flight, then resumed (issue 13, "Faults"):
+# A real training run killed, or one of its ranks hung, while a checkpoint save is in flight, then resumed
+# (issue 13, "Faults"):
 #   0. a checkpoint folder that cannot be written stops every rank at start-up, before step 1;
 #   1. shardrt-train on a tiny Darcy FLARE (12 x 12, fp64) on 2 ranks (1 x 2: the points over domain), 5 steps,
 #      checkpoint.every=1, uninterrupted: the reference;
@@ -10,13 +11,19 @@
 #   3. a new mpiexec with --resume must load the committed checkpoint (step k-1, or k when the kill came after
 #      the commit), say "resumed at step <that>", run to step 5, and its final checkpoint must equal the
 #      uninterrupted run's bit for bit: every saved tensor (parameters, exp_avg, exp_avg_sq, the normaliser) and
-#      the state; the resumed run's first save clears the killed save's leftovers.
-#   faults_train_kill.sh GEN TRAIN MPIEXEC
+#      the state; the resumed run's first save clears the killed save's leftovers;
+#   4. one rank hung instead (SIGSTOP: it holds its memory and its MPI connections but runs no more), rank 1 and
+#      then rank 0 (the one that commits), the moment a save's staging directory appears, with a 2 s communication
+#      deadline: the other rank must report its collective as timed out and the whole job must end non-zero within
+#      deadline + 5 s of the stop (the survivor's MPI_Abort; the launcher ends the stopped rank); the attempt counts
+#      when the staging directory is left behind (the stop fell inside the save) and retries otherwise; --resume
+#      from the checkpoint committed before it must end bit-identical to the uninterrupted run, as in 3.
+#   faults_train_save.sh GEN TRAIN MPIEXEC
 set -euo pipefail
 gen=$1 train=$2 mpiexec=$3
 dir=$(mktemp -d "${TMPDIR:-/tmp}/shardrt_faults_train.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
-fail() { echo "faults_train_kill: $*" >&2; exit 1; }
+fail() { echo "faults_train_save: $*" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
        OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 steps=5
@@ -117,7 +124,7 @@ for attempt, delay_ms in enumerate([0, 1, 2, 4, 8, 16]):
         job.wait(timeout=30)
     except subprocess.TimeoutExpired:
         job.kill()
-        sys.exit("faults_train_kill: the launcher did not end after its ranks were killed")
+        sys.exit("faults_train_save: the launcher did not end after its ranks were killed")
     staging = glob.glob(ckpt + ".tmp-*")
     step = committed_step()
     print(f"attempt {attempt}: delay {delay_ms} ms, killed ranks {killed}, committed step {step}, "
@@ -128,15 +135,19 @@ for attempt, delay_ms in enumerate([0, 1, 2, 4, 8, 16]):
         sys.exit(0)
 sys.exit(1)
 PY
-k=$(cat "$dir/killed_at")
-
-# 3. Resume in a new mpiexec, to the end.
-mpi2 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/killed" --resume >"$dir/resumed.log" 2>&1 ||
-  fail "the resumed run failed: $(cat "$dir/resumed.log")"
-grep -q "resumed at step $k" "$dir/resumed.log" || fail "not resumed at the committed step $k: $(head -3 "$dir/resumed.log")"
-leftovers=$(ls -d "$dir/killed/checkpoint".tmp-* "$dir/killed/checkpoint".old-* 2>/dev/null || true)
-[ -z "$leftovers" ] || fail "the killed save's leftovers are still there after the resumed run's saves: $leftovers"
-python3 - "$dir/whole/checkpoint" "$dir/killed/checkpoint" "$k" <<'PY'
+# resume_and_compare OUT_DIR STEP WHAT: a new mpiexec with --resume in OUT_DIR must resume at STEP, run to the end,
+# clear every leftover of the interrupted save, and end with a checkpoint equal to the uninterrupted run's: every
+# saved piece byte for byte, read straight from the safetensors files, and the state.
+resume_and_compare() {
+  local out=$1 k=$2 what=$3
+  mpi2 "$train" --config "$dir/tiny.json" --set log.out_dir="$out" --resume >"$out.resumed.log" 2>&1 ||
+    fail "$what: the resumed run failed: $(cat "$out.resumed.log")"
+  grep -q "resumed at step $k" "$out.resumed.log" ||
+    fail "$what: not resumed at the committed step $k: $(head -3 "$out.resumed.log")"
+  local leftovers
+  leftovers=$(ls -d "$out/checkpoint".tmp-* "$out/checkpoint".old-* 2>/dev/null || true)
+  [ -z "$leftovers" ] || fail "$what: the interrupted save's leftovers are still there after the resumed run's saves: $leftovers"
+  python3 - "$dir/whole/checkpoint" "$out/checkpoint" "$k" "$what" <<'PY'
 # Every saved piece of the two final checkpoints, byte for byte, read straight from the safetensors files.
 import json, os, struct, sys
 def pieces(d):
@@ -152,15 +163,116 @@ def pieces(d):
     return index, out
 (ia, a), (ib, b) = pieces(sys.argv[1]), pieces(sys.argv[2])
 if ia["state"] != ib["state"]:
-    sys.exit(f"faults_train_kill: checkpoint states differ: {ia['state']} vs {ib['state']}")
+    sys.exit(f"faults_train_save: checkpoint states differ: {ia['state']} vs {ib['state']}")
 if sorted(a) != sorted(b):
-    sys.exit(f"faults_train_kill: the checkpoints hold different pieces: {sorted(set(a) ^ set(b))}")
+    sys.exit(f"faults_train_save: the checkpoints hold different pieces: {sorted(set(a) ^ set(b))}")
 kinds = {k.split(".")[0] for k in a}
 if not {"param", "exp_avg", "exp_avg_sq"} <= kinds:
-    sys.exit(f"faults_train_kill: missing tensor kinds in the checkpoint: {sorted(kinds)}")
+    sys.exit(f"faults_train_save: missing tensor kinds in the checkpoint: {sorted(kinds)}")
 differ = [k for k in a if a[k] != b[k]]
 if differ:
-    sys.exit(f"faults_train_kill: {len(differ)} of {len(a)} saved tensors differ after the resume, e.g. {differ[:3]}")
-print(f"faults_train_kill: killed mid-save after step {sys.argv[3]}, resumed: step {ia['state']['train']['step']} "
+    sys.exit(f"faults_train_save: {len(differ)} of {len(a)} saved tensors differ after the resume, e.g. {differ[:3]}")
+print(f"faults_train_save: {sys.argv[4]} after step {sys.argv[3]}, resumed: step {ia['state']['train']['step']} "
       f"checkpoint equals the uninterrupted run's, {len(a)} tensors bit for bit")
 PY
+}
+
+# 3. Resume the killed run in a new mpiexec, to the end.
+resume_and_compare "$dir/killed" "$(cat "$dir/killed_at")" "killed mid-save"
+
+# 4. One rank hung mid-save, each in turn.
+for hung in 1 0; do
+  python3 - "$mpiexec" "$train" "$dir" "$steps" "$hung" <<'PY' || fail "rank $hung hung mid-save: see above"
+import glob, json, os, signal, subprocess, sys, time
+mpiexec, train, d, steps, hung = sys.argv[1:4] + [int(sys.argv[4]), int(sys.argv[5])]
+out = os.path.join(d, f"hung-{hung}")
+ckpt = os.path.join(out, "checkpoint")
+deadline_s, bound_s = 2, 2 + 5
+
+def committed_step():
+    try:
+        with open(os.path.join(ckpt, "index.json")) as f:
+            return json.load(f)["state"]["train"]["step"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+def rank_pids():
+    # {rank: pid} of the job's shardrt-train processes, by the rank OpenMPI puts in each one's environment.
+    ranks = {}
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if not f.read().split(b"\0")[0].endswith(b"shardrt-train"):
+                    continue
+            with open(f"/proc/{p}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            if env.get(b"SHARDRT_FAULTS_JOB") == out.encode():
+                ranks[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(p)
+        except (OSError, ValueError, KeyError):
+            continue
+    return ranks
+
+def attempt(delay_ms):
+    # One run with rank `hung` stopped `delay_ms` after a save's staging directory appears. Returns the seconds
+    # from the stop to the end of the job (None when no stop happened), the job's status and its log.
+    subprocess.run(["rm", "-rf", out], check=True)
+    log_path = out + ".log"
+    env = dict(os.environ, SHARDRT_COMM_TIMEOUT=str(deadline_s), SHARDRT_FAULTS_JOB=out)
+    with open(log_path, "w") as log:
+        job = subprocess.Popen([mpiexec, "-n", "2", "--oversubscribe", "--bind-to", "none", train, "--config",
+                                os.path.join(d, "tiny.json"), "--set", "log.out_dir=" + out],
+                               stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        give_up = time.time() + 60
+        ranks, stopped_at = {}, None
+        while job.poll() is None and time.time() < give_up:
+            if len(ranks) < 2:
+                if committed_step() >= 1:
+                    ranks = rank_pids()  # before the watch: walking /proc takes longer than a save
+                time.sleep(0.002)
+            elif glob.glob(ckpt + ".tmp-*"):
+                if delay_ms:
+                    time.sleep(delay_ms / 1000)
+                os.kill(ranks[hung], signal.SIGSTOP)
+                stopped_at = time.time()
+                break
+            else:
+                time.sleep(0.0002)
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            for pid in ranks.values():
+                os.kill(pid, signal.SIGKILL)
+            job.kill()
+            sys.exit(f"faults_train_save: the job did not end within 60 s of rank {hung}'s stop")
+    took = time.time() - stopped_at if stopped_at else None
+    return took, job.returncode, open(log_path).read()
+
+# The survivor's deadline ends the job through MPI_Abort (a rank cannot be released from a collective its peer
+# never joins), so a save interrupted this way leaves its staging directory, as a killed one does: its presence
+# after the job is the proof that the stop fell inside the save, and the resumed run's first save must clear it.
+for delay_ms in [0, 1, 2, 4, 8]:
+    took, status, text = attempt(delay_ms)
+    step = committed_step()
+    staging = glob.glob(ckpt + ".tmp-*")
+    if took is None:
+        sys.exit(f"faults_train_save: no save of the run was seen to stop rank {hung} in: {text[-2000:]}")
+    print(f"rank {hung} stopped {delay_ms} ms into a save (committed step {step}, staging left: {bool(staging)}): "
+          f"the job ended with status {status} {took:.2f} s later")
+    if status == 0:
+        sys.exit(f"faults_train_save: the job with rank {hung} hung mid-save exited 0: {text[-2000:]}")
+    if took > bound_s:
+        sys.exit(f"faults_train_save: the job took {took:.2f} s to end after rank {hung} hung (bound {bound_s} s)")
+    survivor = 1 - hung
+    if f"[rank {survivor}]" not in text or f"timed out after {deadline_s} s" not in text:
+        sys.exit(f"faults_train_save: rank {survivor} did not report a collective timed out: {text[-2000:]}")
+    if staging and 1 <= step < steps:
+        print("  rank %d: %s" % (survivor, next(l for l in text.splitlines()
+                                                 if f"[rank {survivor}]" in l and "timed out" in l).strip()[:300]))
+        break
+else:
+    sys.exit(f"faults_train_save: no stop of rank {hung} fell inside a save")
+with open(out + ".step", "w") as f:
+    f.write(str(step))
+PY
+  resume_and_compare "$dir/hung-$hung" "$(cat "$dir/hung-$hung.step")" "rank $hung hung mid-save"
+done

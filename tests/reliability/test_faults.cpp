@@ -1,12 +1,13 @@
 // Faults of the filesystem under a run (issue 13, "Faults"; docs/reliability.md §4): a checkpoint save into a full
-// disk, an unwritable checkpoint folder, and a weights file replaced by rename or truncated in place while a model or
+// disk (a file-size limit, and a real filesystem with no room left), an unwritable checkpoint folder, and a weights file replaced by rename or truncated in place while a model or
 // a loaded file holds it. Each must be a clear IoError on every rank, or no effect at all, and lose nothing.
 // (The kills and hangs inside collectives, backward, the grad buckets and a training run's save are the failure
-// probe's and faults_train_kill.sh's: they need whole jobs to die.)
+// probe's and faults_train_save.sh's: they need whole jobs to die.)
 #include <fcntl.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -157,6 +158,73 @@ TEST_CASE("faults: a checkpoint save onto a full disk fails on every rank, namin
   save_version(mesh, dir, v2, 2);
   CHECK(loads_as(mesh, dir, v2, 2));
   if (world_rank() == 0) CHECK(leftovers(dir).empty());
+}
+
+// A tmpfs of `bytes` mounted on `dir` by rank 0, for the test's lifetime: a filesystem that really runs out of room
+// (ENOSPC from write, the errno of a full disk), which no shared disk of a test machine can be made to do. Mounting
+// needs root with CAP_SYS_ADMIN; where it is refused, mounted() is false on every rank.
+class SmallFilesystem {
+ public:
+  SmallFilesystem(const std::string& dir, int64_t bytes) : dir_(dir) {
+    int ok = 0;
+    if (world_rank() == 0) {
+      stdfs::create_directories(dir);
+      ok = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + std::to_string(bytes)).c_str()) == 0;
+      if (!ok) refusal_ = std::system_category().message(errno);
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    mounted_ = ok == 1;
+  }
+  // Gives it room again (a remount keeps the files).
+  void resize(int64_t bytes) {
+    int ok = 1;
+    if (world_rank() == 0)
+      ok = ::mount("tmpfs", dir_.c_str(), "tmpfs", MS_REMOUNT, ("size=" + std::to_string(bytes)).c_str()) == 0;
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    REQUIRE(ok == 1);
+  }
+  ~SmallFilesystem() {
+    if (mounted_ && world_rank() == 0) ::umount2(dir_.c_str(), MNT_DETACH);  // detached: open files do not block it
+  }
+  SmallFilesystem(const SmallFilesystem&) = delete;
+  SmallFilesystem& operator=(const SmallFilesystem&) = delete;
+  bool mounted() const { return mounted_; }
+  const std::string& refusal() const { return refusal_; }
+
+ private:
+  std::string dir_, refusal_;
+  bool mounted_ = false;
+};
+
+TEST_CASE("faults: a checkpoint save onto a filesystem with no room left (ENOSPC) fails on every rank; the previous "
+          "one stays and the next save, with room again, goes through",
+          "[faults]") {
+  SharedTempDir tmp("shardrt-faults");
+  // 1.5 MiB: the first checkpoint (about 1 MiB) fits, a second beside it (the save writes its staging copy before it
+  // replaces the first) does not.
+  SmallFilesystem small(tmp.path + "/small", 3 << 19);
+  if (!small.mounted()) {
+    WARN("skipped: mounting a 1.5 MiB tmpfs was refused (needs root with CAP_SYS_ADMIN): " << small.refusal());
+    return;
+  }
+  const std::string dir = tmp.path + "/small/ckpt";
+  const Mesh mesh(MPI_COMM_WORLD, -1, 1);
+  const std::vector<GlobalTensor> v1 = writer_tensors(1, 1), v2 = writer_tensors(1, 2);
+  save_version(mesh, dir, v1, 1);
+  REQUIRE(loads_as(mesh, dir, v1, 1));
+  // Which rank's file meets the full filesystem depends on the order the ranks write in; every rank must fail the
+  // same way, naming a rank file and the errno, with the advice.
+  require_error_everywhere<IoError>([&] { save_version(mesh, dir, v2, 2); },
+                                    {".safetensors", std::system_category().message(ENOSPC), "disk full",
+                                     "the previous file is untouched"});
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(loads_as(mesh, dir, v1, 1));
+  if (world_rank() == 0) CHECK(leftovers(dir).empty());
+  small.resize(4 << 20);
+  save_version(mesh, dir, v2, 2);
+  CHECK(loads_as(mesh, dir, v2, 2));
+  if (world_rank() == 0) CHECK(leftovers(dir).empty());
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank done with the files before rank 0 unmounts
 }
 
 TEST_CASE("faults: the index written onto a full disk fails the save on every rank; the previous one stays",
