@@ -14,6 +14,9 @@
 //                 survivors receive from rank 1) and finalize (shardrt::finalize_mpi). The buffers are large
 //                 (segments of 256 KiB), so a send to the dead rank cannot complete eagerly: every survivor waits
 //                 on the victim, including rank 0 of the ring shift, which receives from rank 2.
+//   stop:<kind>   the same kinds, with rank 1 hung instead of dead: 100 ms into <kind> it stops itself (SIGSTOP:
+//                 alive, its MPI connections open, but it never runs again); ranks 0 and 2 enter once it is
+//                 stopped and time out there. The launcher ends the stopped rank when the survivors abort.
 //   kill:backward, kill:bucket, hang:backward, hang:bucket
 //                 rank 1 (of 3) is SIGKILLed or hangs inside one training step of a small sharded model: in a
 //                 sharded linear's backward, or in the optimizer's deferred grad bucket's all_reduce
@@ -65,10 +68,10 @@ void die_in(int ms) {
   }).detach();
 }
 
-// True once process `pid` (a rank on this node) has died: gone, or a zombie its launcher has not reaped yet.
-bool is_dead(pid_t pid) {
+// The state letter of process `pid` (a rank on this node) from /proc: 'T' stopped, 'Z' a zombie; 'X' once gone.
+char process_state(pid_t pid) {
   std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (f == nullptr) return true;
+  if (f == nullptr) return 'X';
   char state = '?';
   // "pid (comm) state ...": the state follows the last ')' (comm may contain spaces or parentheses)
   char line[512];
@@ -76,18 +79,32 @@ bool is_dead(pid_t pid) {
   std::fclose(f);
   line[n] = '\0';
   if (const char* close = std::strrchr(line, ')'); close != nullptr && close[1] == ' ') state = close[2];
-  return state == 'Z' || state == 'X';
+  return state;
 }
 
-// The kill modes' order of events, fixed by the victim's death rather than by sleeps, so that it holds however
-// loaded the machine is: the victim enters the call and dies inside it 100 ms later, still waiting for the
-// others; they enter only once it is dead, so the call can never complete with it alive.
-void victim_dies_inside(bool victim, pid_t victim_pid) {
+// Rank 1 of 3 stops itself (SIGSTOP) `ms` after this call, whatever it is doing then: a hung rank.
+void stop_in(int ms) {
+  std::thread([ms] {
+    sleep_ms(ms);
+    kill(getpid(), SIGSTOP);
+  }).detach();
+}
+
+// The kill and stop modes' order of events, fixed by the victim's state rather than by sleeps, so that it holds
+// however loaded the machine is: the victim enters the call and dies (or stops) inside it 100 ms later, still
+// waiting for the others; they enter only once it is dead (or stopped), so the call can never complete with it
+// running.
+void victim_fails_inside(const std::string& fault, bool victim, pid_t victim_pid) {
   if (victim) {
-    die_in(100);
+    if (fault == "kill") die_in(100);
+    else stop_in(100);
     return;
   }
-  while (!is_dead(victim_pid)) sleep_ms(10);
+  for (;;) {
+    const char state = process_state(victim_pid);
+    if (fault == "kill" ? state == 'Z' || state == 'X' : state == 'T') return;
+    sleep_ms(10);
+  }
 }
 
 // Enters `kind` on `c` (a 3-rank communicator). Returns false for an unknown kind.
@@ -139,7 +156,8 @@ int main(int argc, char** argv) {
   std::printf("failure probe: rank %d up at %lld ms\n", rank, static_cast<long long>(up_ms));
   std::fflush(stdout);
   const std::string mode = argc > 1 ? argv[1] : "throw";
-  const bool victim = mode.rfind("kill:", 0) == 0 || mode.rfind("watch:", 0) == 0 || mode.rfind("hang:", 0) == 0
+  const bool victim = mode.rfind("kill:", 0) == 0 || mode.rfind("stop:", 0) == 0 || mode.rfind("watch:", 0) == 0 ||
+                              mode.rfind("hang:", 0) == 0
                           ? rank == 1
                           : rank == size - 1;
   int status = 0;
@@ -160,26 +178,27 @@ int main(int argc, char** argv) {
       finalize_mpi();
       std::printf("failure probe: finalize_mpi returned on rank %d, which should be impossible\n", rank);
       return 0;
-    } else if (mode.rfind("kill:", 0) == 0) {
-      const std::string kind = mode.substr(5);
-      SHARDRT_CHECK(size == 3, ValueError, "failure probe: kill modes run on 3 ranks, not ", size);
-      // Every rank runs on this node in the probe (mpiexec -n 3 on one host), so the victim's pid says when it died.
+    } else if (mode.rfind("kill:", 0) == 0 || mode.rfind("stop:", 0) == 0) {
+      const std::string fault = mode.substr(0, 4), kind = mode.substr(5);
+      SHARDRT_CHECK(size == 3, ValueError, "failure probe: ", fault, " modes run on 3 ranks, not ", size);
+      // Every rank runs on this node in the probe (mpiexec -n 3 on one host), so the victim's pid says when it died
+      // or stopped.
       pid_t pids[3];
       const pid_t me = getpid();
       MPI_Allgather(&me, sizeof me, MPI_BYTE, pids, sizeof me, MPI_BYTE, MPI_COMM_WORLD);
-      if (probe::run_step_fault("kill", kind, victim, [&] { victim_dies_inside(false, pids[1]); })) {
+      if (fault == "kill" && probe::run_step_fault("kill", kind, victim, [&] { victim_fails_inside("kill", false, pids[1]); })) {
         std::printf("failure probe: the step returned on rank %d, which should be impossible\n", rank);
         return 0;
       }
       if (kind == "finalize") {
-        victim_dies_inside(victim, pids[1]);
+        victim_fails_inside(fault, victim, pids[1]);
         finalize_mpi();
         std::printf("failure probe: finalize_mpi returned on rank %d, which should be impossible\n", rank);
         return 0;
       }
       {
         Mesh mesh = Mesh::one_d(MPI_COMM_WORLD, "domain");  // built by every rank: they leave it together
-        victim_dies_inside(victim, pids[1]);
+        victim_fails_inside(fault, victim, pids[1]);
         // Twice: what the victim sent before it died may complete the first call on some survivors (a barrier's
         // first round); nothing completes the second.
         for (int i = 0; i < 2; ++i)

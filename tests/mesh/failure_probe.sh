@@ -4,7 +4,8 @@
 # launcher's tear-down) counted from the moment the last rank was up (each prints when; the launch itself can take
 # seconds on a busy machine), and that every surviving rank printed the error naming what it waited in.
 #   failure_probe.sh <mpiexec> <probe> <ranks> <checked: 0|1> <mode>...
-# Modes: throw, hang, kill:<kind> (3 ranks), hang:backward, hang:bucket (3 ranks), watch:split, watch:finalize
+# Modes: throw, hang, kill:<kind> and stop:<kind> (3 ranks), hang:backward, hang:bucket (3 ranks), watch:split,
+# watch:finalize
 # (see failure_probe.cpp).
 # Checked (SHARDRT_COMM_CHECK=1), the waiting ranks of throw/hang time out in the all_reduce's signature check
 # instead, under the same deadline and with the same report.
@@ -48,7 +49,7 @@ run_mode() {
   local mode=$1 n=$ranks abort_on_exit=1
   case $mode in
     kill:*) n=3 abort_on_exit=0 ;;
-    hang:*|watch:*) n=3 ;;
+    hang:*|stop:*|watch:*) n=3 ;;
   esac
   local start rc elapsed_ms
   start=$(date +%s%N)
@@ -88,7 +89,7 @@ run_mode() {
       if [ "$checked" = 1 ]; then
         grep -q "(signature check): timed out" "$log" || fail "checked, the wait was not in the signature check"
       fi ;;
-    kill:*|hang:*)
+    kill:*|stop:*|hang:*)
       local kind=${mode#*:}
       for r in 0 2; do
         grep -q "$(expected_error $r "$kind")" "$log" || fail "surviving rank $r printed no CommError naming $kind"
