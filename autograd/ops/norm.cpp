@@ -5,8 +5,8 @@
 //   dx = rstd * (gxhat - mean(gxhat) - xhat * mean(gxhat * xhat))
 // (the two subtracted terms are the grads that flow through the block's mean and variance), and
 //   dweight = sum over blocks of gy * xhat,  dbias = sum over blocks of gy.
-// The kernels evaluate it; the ops only shape the tensors and choose which grads to compute. layer_norm runs on
-// CPU and CUDA; group_norm has no CUDA kernel yet and throws DeviceError on CUDA tensors.
+// The kernels evaluate it; the ops only shape the tensors and choose which grads to compute. Both run on CPU and
+// CUDA (kernels/cuda/norm.cu, kernels/cuda/group_norm.cu).
 #include "autograd/function.h"
 #include "autograd/ops.h"
 #include "autograd/ops/common.h"
