@@ -21,8 +21,10 @@ fi
 export LD_PRELOAD="$_keep${LD_PRELOAD:+:$LD_PRELOAD}"
 # ASan: stop at the first report (its default), leaks checked at exit, static initialisation order and ODR too.
 # verify_asan_link_order=0: the preloaded keep_modules comes before the ASan runtime in the library list; it
-# defines dlclose only, so every allocation function still resolves to ASan's.
-export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:check_initialization_order=1:strict_init_order=1:detect_odr_violation=2:verify_asan_link_order=0:log_path=$SHARDRT_SANITIZE_LOGS/asan"
+# defines dlclose only, so every allocation function still resolves to ASan's. allocator_may_return_null=1: a
+# request larger than ASan's limit returns null as the system allocator does (runtime/test_factories checks that
+# the library turns a failed 2^60-byte allocation into a typed error), instead of ASan ending the process.
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:check_initialization_order=1:strict_init_order=1:detect_odr_violation=2:verify_asan_link_order=0:allocator_may_return_null=1:log_path=$SHARDRT_SANITIZE_LOGS/asan"
 # UBSan: the build has -fno-sanitize-recover=all, so every check already aborts; halt_on_error keeps that so for any
 # object built without the flag, and each report carries its stack.
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$SHARDRT_SANITIZE_LOGS/ubsan"
