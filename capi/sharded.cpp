@@ -218,11 +218,11 @@ shardrt_status create_sharded(shardrt_sharded* out, shardrt_mesh mesh, shardrt_t
       mine.ndim = ndim;
       for (int k = 0; k < ndim; ++k) {
         mine.global[k] = global_shape[k], mine.off[k] = offsets[k], mine.n[k] = v.size(k);
-        SHARDRT_CHECK(global_shape[k] >= 0 && offsets[k] >= 0 && offsets[k] + v.size(k) <= global_shape[k],
-                      ShapeError, fn, ": dim ", k, " [",
-                      offsets[k], ", ", offsets[k] + v.size(k), ") of the local tensor ", v.str(),
-                      " lies outside the global shape ", Box::list(global_shape, 0, ndim), " (offsets ",
-                      Box::list(offsets, 0, ndim), ")");
+        // offset <= global - extent, not offset + extent <= global: an offset near 2^63 would overflow the sum.
+        SHARDRT_CHECK(global_shape[k] >= 0 && offsets[k] >= 0 && offsets[k] <= global_shape[k] - v.size(k),
+                      ShapeError, fn, ": dim ", k, " (offset ", offsets[k], ", extent ", v.size(k),
+                      ") of the local tensor ", v.str(), " lies outside the global shape ",
+                      Box::list(global_shape, 0, ndim), " (offsets ", Box::list(offsets, 0, ndim), ")");
       }
     });
     auto s = std::make_shared<ShardedObj>();

@@ -1,5 +1,6 @@
 // The C API's bad-input table: every wrong call returns its documented status with a message naming the call, on
 // every rank, and none crashes or hangs (the suite also runs under ASan: tools/test --sanitize).
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -180,6 +181,9 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
        "global_shape"},
       {"sharded: a box outside the global shape", SHARDRT_ERR_SHAPE,
        [&] { return sharded(fx.tensor, 3, {1, 9, 3}, {0, 9, 0}); }, "outside"},
+      // Found by the capi fuzzer: offset + extent overflowed int64 (UBSan) before the bound was checked.
+      {"sharded: an offset of 2^63 - 1", SHARDRT_ERR_SHAPE,
+       [&] { return sharded(fx.tensor, 3, {1, 9, 3}, {0, INT64_MAX, 0}); }, "offset 9223372036854775807"},
       {"sharded: extents that do not sum to the global extent", SHARDRT_ERR_SHAPE,
        [&] { return sharded(fx.tensor, 3, {1, 11, 3}, {0, off, 0}); }, "add up"},
       {"sharded: the channels differ from the global shape", SHARDRT_ERR_SHAPE,
