@@ -216,6 +216,12 @@ shardrt_status create_sharded(shardrt_sharded* out, shardrt_mesh mesh, shardrt_t
       SHARDRT_CHECK(ndim >= 1 && ndim <= kMaxDims, ShapeError, fn, ": ndim ", ndim, " must be 1..", kMaxDims,
                     " (dim 0 is the samples)");
       mine.ndim = ndim;
+      // The sample's global volume (dims 1..) is multiplied out when the boxes are checked against it.
+      int64_t volume = 1;
+      for (int k = 1; k < ndim; ++k)
+        SHARDRT_CHECK(global_shape[k] < 0 || !__builtin_mul_overflow(volume, global_shape[k], &volume), ShapeError,
+                      fn, ": the global shape ", Box::list(global_shape, 0, ndim),
+                      " holds more than 2^63 elements per sample");
       for (int k = 0; k < ndim; ++k) {
         mine.global[k] = global_shape[k], mine.off[k] = offsets[k], mine.n[k] = v.size(k);
         // offset <= global - extent, not offset + extent <= global: an offset near 2^63 would overflow the sum.

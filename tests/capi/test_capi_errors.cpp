@@ -184,6 +184,9 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
       // Found by the capi fuzzer: offset + extent overflowed int64 (UBSan) before the bound was checked.
       {"sharded: an offset of 2^63 - 1", SHARDRT_ERR_SHAPE,
        [&] { return sharded(fx.tensor, 3, {1, 9, 3}, {0, INT64_MAX, 0}); }, "offset 9223372036854775807"},
+      // Also the capi fuzzer's: the global volume 2^62 x 3 overflowed int64 when the boxes were tiled.
+      {"sharded: a global shape of more than 2^63 elements", SHARDRT_ERR_SHAPE,
+       [&] { return sharded(fx.tensor, 3, {1, int64_t{1} << 62, 3}, {0, 0, 0}); }, "more than 2^63 elements"},
       {"sharded: extents that do not sum to the global extent", SHARDRT_ERR_SHAPE,
        [&] { return sharded(fx.tensor, 3, {1, 11, 3}, {0, off, 0}); }, "add up"},
       {"sharded: the channels differ from the global shape", SHARDRT_ERR_SHAPE,
