@@ -21,6 +21,7 @@
 #   faults_train_save.sh GEN TRAIN MPIEXEC
 set -euo pipefail
 gen=$1 train=$2 mpiexec=$3
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)  # train_watch.py, the watchers' shared helpers
 dir=$(mktemp -d "${TMPDIR:-/tmp}/shardrt_faults_train.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "faults_train_save: $*" >&2; exit 1; }
@@ -65,17 +66,14 @@ mpi2 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/whole" >"$dir/wh
 
 # 2. Killed mid-save. The watcher (python: polling from bash would be too slow to see a save of a few ms) starts
 #    the job in its own process group, and kills its ranks — the launcher's children named shardrt-train — by pid.
-python3 - "$mpiexec" "$train" "$dir" "$steps" <<'PY' || fail "no kill fell inside a save"
+PYTHONPATH="$here" python3 - "$mpiexec" "$train" "$dir" "$steps" <<'PY' || fail "no kill fell inside a save"
 import glob, json, os, signal, subprocess, sys, time
+import train_watch
 mpiexec, train, d, steps = sys.argv[1:4] + [int(sys.argv[4])]
 ckpt = os.path.join(d, "killed", "checkpoint")
 
 def committed_step():
-    try:
-        with open(os.path.join(ckpt, "index.json")) as f:
-            return json.load(f)["state"]["train"]["step"]
-    except (OSError, ValueError, KeyError):
-        return 0
+    return train_watch.committed_step(ckpt)
 
 def ranks_of(root):
     # Every descendant of the launcher that is a shardrt-train process, from /proc.
@@ -182,19 +180,16 @@ resume_and_compare "$dir/killed" "$(cat "$dir/killed_at")" "killed mid-save"
 
 # 4. One rank hung mid-save, each in turn.
 for hung in 1 0; do
-  python3 - "$mpiexec" "$train" "$dir" "$steps" "$hung" <<'PY' || fail "rank $hung hung mid-save: see above"
+  PYTHONPATH="$here" python3 - "$mpiexec" "$train" "$dir" "$steps" "$hung" <<'PY' || fail "rank $hung hung mid-save: see above"
 import glob, json, os, signal, subprocess, sys, time
+import train_watch
 mpiexec, train, d, steps, hung = sys.argv[1:4] + [int(sys.argv[4]), int(sys.argv[5])]
 out = os.path.join(d, f"hung-{hung}")
 ckpt = os.path.join(out, "checkpoint")
 deadline_s, bound_s = 2, 2 + 5
 
 def committed_step():
-    try:
-        with open(os.path.join(ckpt, "index.json")) as f:
-            return json.load(f)["state"]["train"]["step"]
-    except (OSError, ValueError, KeyError):
-        return 0
+    return train_watch.committed_step(ckpt)
 
 def rank_pids():
     # {rank: pid} of the job's shardrt-train processes, by the rank OpenMPI puts in each one's environment.
