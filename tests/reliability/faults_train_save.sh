@@ -30,23 +30,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 steps=5
 mpi2() { "$mpiexec" -n 2 --oversubscribe --bind-to none "$@" </dev/null; }
 
-"$gen" --out "$dir/data" --mode exact --resolution 12 --train 8 --val 4 --seed 3 >/dev/null
-cat > "$dir/tiny.json" <<JSON
-{
-  "model": {"kind": "flare", "seed": 5,
-            "args": {"functional_dim": 1, "out_dim": 1, "n_layers": 2, "n_hidden": 16, "n_head": 2, "mlp_ratio": 2,
-                     "slice_num": 4, "unified_pos": true, "ref": 4, "structured_shape": [12, 12]}},
-  "precision": "f64",
-  "optimizer": {"algorithm": "adamw", "lr": 3e-3, "weight_decay": 1e-4, "max_grad_norm": 1.0},
-  "schedule": {"kind": "warmup_cosine", "warmup_steps": 1, "start_factor": 0.1, "min_factor": 0.1},
-  "loss": {"kind": "relative_l2"},
+source "$here/../tools/tiny_darcy.sh"
+tiny_darcy "$gen" "$dir" <<JSON
   "data": {"train": "$dir/data/darcy_train.json", "batch_size": 1, "seed": 9},
   "mesh": {"ddp": 1, "domain": 2},
   "steps": $steps,
   "checkpoint": {"every": 1},
-  "log": {"every": 1, "plots": false, "progress_bar": "off"},
   "validation": {"every": 0}
-}
 JSON
 
 # 0. A checkpoint folder under a regular file (root is not stopped by permissions; ENOTDIR stops everyone): every

@@ -17,21 +17,11 @@ trap 'rm -rf "$dir"' EXIT
 fail() { echo "train_cli: $*" >&2; exit 1; }
 mpi() { local n=$1; shift; "$mpiexec" -n "$n" --oversubscribe --bind-to none "$@"; }
 
-"$gen" --out "$dir/data" --mode exact --resolution 12 --train 8 --val 4 --seed 3 >/dev/null
-cat > "$dir/tiny.json" <<JSON
-{
-  "model": {"kind": "flare", "seed": 5,
-            "args": {"functional_dim": 1, "out_dim": 1, "n_layers": 2, "n_hidden": 16, "n_head": 2, "mlp_ratio": 2,
-                     "slice_num": 4, "unified_pos": true, "ref": 4, "structured_shape": [12, 12]}},
-  "precision": "f64",
-  "optimizer": {"algorithm": "adamw", "lr": 3e-3, "weight_decay": 1e-4, "max_grad_norm": 1.0},
-  "schedule": {"kind": "warmup_cosine", "warmup_steps": 1, "start_factor": 0.1, "min_factor": 0.1},
-  "loss": {"kind": "relative_l2"},
+source "$(dirname "${BASH_SOURCE[0]}")/tiny_darcy.sh"
+tiny_darcy "$gen" "$dir" <<JSON
   "data": {"train": "$dir/data/darcy_train.json", "val": "$dir/data/darcy_val.json", "batch_size": 2, "seed": 9},
   "steps": 4,
-  "log": {"every": 1, "plots": false, "progress_bar": "off"},
   "validation": {"every": 2}
-}
 JSON
 
 # 1. The same run on three meshes.
