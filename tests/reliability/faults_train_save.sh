@@ -55,7 +55,8 @@ mpi2 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/whole" >"$dir/wh
   fail "the uninterrupted run failed: $(cat "$dir/whole.log")"
 
 # 2. Killed mid-save. The watcher (python: polling from bash would be too slow to see a save of a few ms) starts
-#    the job in its own process group, and kills its ranks — the launcher's children named shardrt-train — by pid.
+#    the job and kills its ranks by pid, found by the tag SHARDRT_FAULTS_JOB in their environment
+#    (train_watch.strike_mid_save, which the hang watcher of 4. uses too).
 PYTHONPATH="$here" python3 - "$mpiexec" "$train" "$dir" "$steps" <<'PY' || fail "no kill fell inside a save"
 import glob, json, os, signal, subprocess, sys, time
 import train_watch
@@ -65,49 +66,20 @@ ckpt = os.path.join(d, "killed", "checkpoint")
 def committed_step():
     return train_watch.committed_step(ckpt)
 
-def ranks_of(root):
-    # Every descendant of the launcher that is a shardrt-train process, from /proc.
-    children = {}
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            name = stat[stat.index("(") + 1:stat.rindex(")")]
-            children.setdefault(ppid, []).append((int(p), name))
-    out, todo = [], [root]
-    while todo:
-        for pid, name in children.get(todo.pop(), []):
-            todo.append(pid)
-            if name.startswith("shardrt-train"):
-                out.append(pid)
-    return out
+def kill_all(ranks):
+    for pid in ranks.values():
+        os.kill(pid, signal.SIGKILL)
 
 for attempt, delay_ms in enumerate([0, 1, 2, 4, 8, 16]):
     subprocess.run(["rm", "-rf", os.path.join(d, "killed")], check=True)
     log = open(os.path.join(d, f"killed-{attempt}.log"), "w")
+    tag = f"{d}/killed-{attempt}"
     job = subprocess.Popen([mpiexec, "-n", "2", "--oversubscribe", "--bind-to", "none", train, "--config",
                             os.path.join(d, "tiny.json"), "--set", "log.out_dir=" + os.path.join(d, "killed")],
-                           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    killed, ranks = [], []
-    while job.poll() is None and time.time() < deadline:
-        if not ranks:
-            if committed_step() >= 1:
-                ranks = ranks_of(job.pid)  # once, before the watch: walking /proc takes longer than a save
-            time.sleep(0.002)
-        elif glob.glob(ckpt + ".tmp-*"):
-            if delay_ms:
-                time.sleep(delay_ms / 1000)
-            for pid in ranks:
-                os.kill(pid, signal.SIGKILL)
-            killed = ranks
-            break
-        else:
-            time.sleep(0.0002)  # leave the two cores to the ranks
+                           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                           env=dict(os.environ, SHARDRT_FAULTS_JOB=tag))
+    ranks, struck_at = train_watch.strike_mid_save(job, ckpt, tag, 2, delay_ms, kill_all)
+    killed = sorted(ranks.values()) if struck_at else []
     try:
         job.wait(timeout=30)
     except subprocess.TimeoutExpired:
@@ -181,22 +153,6 @@ deadline_s, bound_s = 2, 2 + 5
 def committed_step():
     return train_watch.committed_step(ckpt)
 
-def rank_pids():
-    # {rank: pid} of the job's shardrt-train processes, by the rank OpenMPI puts in each one's environment.
-    ranks = {}
-    for p in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                if not f.read().split(b"\0")[0].endswith(b"shardrt-train"):
-                    continue
-            with open(f"/proc/{p}/environ", "rb") as f:
-                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
-            if env.get(b"SHARDRT_FAULTS_JOB") == out.encode():
-                ranks[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(p)
-        except (OSError, ValueError, KeyError):
-            continue
-    return ranks
-
 def attempt(delay_ms):
     # One run with rank `hung` stopped `delay_ms` after a save's staging directory appears. Returns the seconds
     # from the stop to the end of the job (None when no stop happened), the job's status and its log.
@@ -207,21 +163,8 @@ def attempt(delay_ms):
         job = subprocess.Popen([mpiexec, "-n", "2", "--oversubscribe", "--bind-to", "none", train, "--config",
                                 os.path.join(d, "tiny.json"), "--set", "log.out_dir=" + out],
                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-        give_up = time.time() + 60
-        ranks, stopped_at = {}, None
-        while job.poll() is None and time.time() < give_up:
-            if len(ranks) < 2:
-                if committed_step() >= 1:
-                    ranks = rank_pids()  # before the watch: walking /proc takes longer than a save
-                time.sleep(0.002)
-            elif glob.glob(ckpt + ".tmp-*"):
-                if delay_ms:
-                    time.sleep(delay_ms / 1000)
-                os.kill(ranks[hung], signal.SIGSTOP)
-                stopped_at = time.time()
-                break
-            else:
-                time.sleep(0.0002)
+        ranks, stopped_at = train_watch.strike_mid_save(
+            job, ckpt, out, 2, delay_ms, lambda ranks: os.kill(ranks[hung], signal.SIGSTOP))
         try:
             job.wait(timeout=60)
         except subprocess.TimeoutExpired:
