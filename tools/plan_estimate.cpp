@@ -52,8 +52,10 @@ json probe_args(const std::string& kind, json args, int64_t rows, int64_t R) {
   return args;
 }
 
-// Peak bytes on top of what is held, for one forward + loss + backward + optimizer step at `rows` x R on one rank.
+// Peak bytes on top of what is held, for one forward + loss + backward + optimizer step of c.micro_batch samples of
+// `rows` x R on one rank.
 int64_t probe_step_bytes(const TrainConfig& c, int64_t rows, int64_t R) {
+  const int64_t B = c.micro_batch;
   const Mesh self(MPI_COMM_SELF, 1, 1);
   std::unique_ptr<models::Model> model =
       models::build_model(c.model_kind, probe_args(c.model_kind, c.model_args, rows, R), {c.dtype, c.model_seed});
@@ -62,8 +64,8 @@ int64_t probe_step_bytes(const TrainConfig& c, int64_t rows, int64_t R) {
   optim::Optimizer opt(self, *model, oc);
   const std::unique_ptr<DarcyModelIO> io = darcy_model_io(*model, self, rows, R);
   data::LoaderOptions lo;
-  lo = io->loader_layout(lo, 1, rows, R);
-  const Shape shape = data::batch_shape(io->layout(), 1, rows, R);
+  lo = io->loader_layout(lo, B, rows, R);
+  const Shape shape = data::batch_shape(io->layout(), B, rows, R);
   Generator gen(17);
   data::DarcyBatch b;
   b.permeability = distribute(randn(shape, {c.dtype}, &gen), self, lo.placements);
@@ -72,7 +74,8 @@ int64_t probe_step_bytes(const TrainConfig& c, int64_t rows, int64_t R) {
   reset_peak_memory(Device::cpu());
   {
     const ShardTensor pred = model->forward(io->inputs(b)).at(0);
-    const ShardTensor loss = training_loss(c, pred, io->target(b));
+    const data::FieldStats stats{1.0, 2.0};  // any normaliser: the probe runs the loss's ops, not its numbers
+    const ShardTensor loss = training_loss(c, pred, io->target(b), &stats);
     backward(loss.local());
     opt.step();
   }
@@ -140,12 +143,14 @@ Plan make_plan(const PlanRequest& req) {
   plan.resolution = R;
   plan.ddp = c.ddp, plan.domain = c.domain;
   plan.micro_batches = c.optimizer.accumulation_steps;
+  plan.micro_batch = c.micro_batch;
   plan.dtype = dtype_name(c.dtype);
   plan.optimizer = optim::algorithm_name(c.optimizer.algorithm);
   plan.mode = optim::sharding_mode_name(c.optimizer.mode);
   const int64_t E = static_cast<int64_t>(dtype_size(c.dtype));
   const int Pb = c.ddp, Pd = c.domain, P = Pb * Pd;
   const int64_t k = plan.micro_batches;
+  const int64_t b = plan.micro_batch;  // samples per domain group per forward: what scales the activations' traffic
 
   // The arenas, as the optimizer lays them out.
   int shards = 1;
@@ -213,7 +218,7 @@ Plan make_plan(const PlanRequest& req) {
     rp.params = rp.grads = layout.total() * E;
     rp.state = state_kinds * layout.shard_numel * E;
     rp.buffers = buffers;
-    rp.batches = 2 * 2 * rp.local_points * E;
+    rp.batches = 2 * 2 * b * rp.local_points * E;
     rp.activations = (rp.local_rows > 0 ? act.at(rp.local_rows) : 0) + (Pb > 1 ? 2 * largest_module * E : 0);
 
     auto add = [&](const std::string& what, const std::string& axis, int64_t bytes) {
@@ -226,20 +231,24 @@ Plan make_plan(const PlanRequest& req) {
         "domain", on_domain(reduced_numel));
     if (kind == "flare") {
       add("attention forward: max and merged [out*w, w] of the latent queries, per block", "domain",
-          on_domain(L * (h * s + h * s * (d + 1))));
+          on_domain(b * L * (h * s + h * s * (d + 1))));
       add("attention backward: dG|dZ, per block (dq: in the parameter grads)", "domain",
-          on_domain(L * 2 * h * s * d));
+          on_domain(b * L * 2 * h * s * d));
+      // The latent queries' grad is summed over domain per sample, (B, H, S, D), before the broadcast's batch sum:
+      // the parameter grads above count one sample's worth.
+      if (b > 1) add("attention backward: dq of the other samples of a micro-batch", "domain",
+                     on_domain((b - 1) * L * h * s * d));
     } else if (kind == "geotransolver") {
       add("slice sums: the context and each block's [sum w F | sum w]", "domain",
-          on_domain(h * s * (m.context_dim + 1) + L * h * s * (d + 1)));
-      add("slice-weighted sums backward: each block's dM", "domain", on_domain(L * h * s * d));
+          on_domain(b * (h * s * (m.context_dim + 1) + L * h * s * (d + 1))));
+      add("slice-weighted sums backward: each block's dM", "domain", on_domain(b * L * h * s * d));
     } else {  // vit
-      add("mean over tokens (B, E)", "domain", on_domain(m.embed));
+      add("mean over tokens (B, E)", "domain", on_domain(b * m.embed));
       add("pos_embed grad gathered (this rank's tokens)", "domain", tokens[r] * m.embed * E * (Pd - 1) * k);
-      add("target gathered over domain (this rank's rows)", "domain", rp.local_points * E * (Pd - 1) * k);
+      add("target gathered over domain (this rank's rows)", "domain", b * rp.local_points * E * (Pd - 1) * k);
       if (Pd > 1) {
         const int64_t next = tokens[static_cast<size_t>((r + 1) % Pd)];
-        auto kv = [&](int64_t keys) { return h * keys * 2 * d * E; };
+        auto kv = [&](int64_t keys) { return b * h * keys * 2 * d * E; };
         add("ring attention forward: P-1 K/V shifts per block", "domain", k * L * kv(all_tokens - next));
         add("ring attention backward: P-1 K/V shifts + P dK|dV homes per block", "domain",
             k * L * (kv(all_tokens - next) + kv(all_tokens)));
@@ -247,7 +256,7 @@ Plan make_plan(const PlanRequest& req) {
       add("pos_embed slice grad over the batch", "ddp", on_ddp(tokens[r] * m.embed));
     }
     if (kind != "vit")
-      add("loss: per-sample sums", "domain", on_domain(c.loss == LossKind::relative_l2 ? 2 : 1));
+      add("loss: per-sample sums", "domain", on_domain(c.loss == LossKind::relative_l2 ? 2 * b : 1));
     add("loss: batch mean", "ddp", on_ddp(1));
     // The optimizer, once per step (optim/sharding.h).
     const int64_t total_bytes = layout.total() * E, shard_bytes = layout.shard_numel * E;
@@ -281,6 +290,7 @@ Plan make_plan(const PlanRequest& req) {
 json plan_json(const Plan& p) {
   json doc = {{"model", p.model}, {"num_parameters", p.num_parameters}, {"resolution", p.resolution},
               {"mesh", {{"ddp", p.ddp}, {"domain", p.domain}}}, {"micro_batches", p.micro_batches},
+              {"micro_batch", p.micro_batch},
               {"dtype", p.dtype}, {"optimizer", p.optimizer}, {"mode", p.mode}, {"activations_method", p.probe},
               {"ranks", json::array()}};
   for (const RankPlan& r : p.ranks) {
@@ -315,7 +325,7 @@ std::string plan_table(const Plan& p) {
   std::ostringstream os;
   os << "shardrt-plan: " << p.model << " (" << p.num_parameters << " parameters, " << p.dtype << ") on ddp " << p.ddp
      << " x domain " << p.domain << " (" << p.ddp * p.domain << " ranks); " << p.resolution << "x" << p.resolution
-     << " grid; " << p.micro_batches << " micro-batch(es) per step; " << p.optimizer << ", optimizer mode " << p.mode
+     << " grid; " << p.micro_batches << " micro-batch(es) of " << p.micro_batch << " sample(s) per domain group per step; " << p.optimizer << ", optimizer mode " << p.mode
      << "\n";
   os << "activations: " << p.probe << "\n\n";
   char line[400];

@@ -68,6 +68,7 @@ struct RankPlan {
 struct Plan {
   std::string model;
   int64_t num_parameters = 0, resolution = 0, micro_batches = 1;
+  int64_t micro_batch = 1;  // samples per domain group in one forward (data.micro_batch)
   int ddp = 1, domain = 1;
   std::string dtype, optimizer, mode, probe;  // probe: how the activations were obtained
   std::vector<RankPlan> ranks;

@@ -2,6 +2,7 @@
 // config with command-line overrides (docs/training.md).
 //
 //   mpiexec -n 4 shardrt-train --config tools/configs/darcy_flare.json --set optimizer.lr=2e-3 [--resume]
+//   mpiexec -n 4 shardrt-train --config RUN/config.json --eval [--checkpoint DIR] [--eval-data MANIFEST]
 //
 // Prints a line per log.every steps, writes <out_dir>/metrics.csv, config.json, loss.png, panel.png and the
 // checkpoint; a failure on any rank ends every rank with the same message.
@@ -35,6 +36,13 @@ int main(int argc, char** argv) {
   app.add_option("--measure", options.measure_path,
                  "write per rank the peak bytes within a step and the comm bytes per step per mesh axis as JSON "
                  "(to check shardrt-plan)");
+  bool eval = false;
+  tools::EvalOptions eval_options;
+  app.add_flag("--eval", eval, "evaluate a checkpoint on a Darcy split instead of training (relative L2, "
+               "<out_dir>/eval-panel.png)");
+  app.add_option("--checkpoint", eval_options.checkpoint,
+                 "with --eval: the checkpoint directory (default <checkpoint.dir>-best, else checkpoint.dir)");
+  app.add_option("--eval-data", eval_options.data, "with --eval: the split's manifest (default data.val)");
   app.add_flag("--print-config", print_config, "print the merged config (defaults + file + --set) and stop");
   std::string device;
   app.add_option("--device", device, "train on this device, e.g. cuda:0 (the config key \"device\"; default cpu)");
@@ -49,6 +57,8 @@ int main(int argc, char** argv) {
     tools::agree_on(start.flat(), [&] { config = tools::load_train_config(config_path, overrides); });
     if (print_config) {
       if (session.is_root()) std::printf("%s\n", config.document.dump(2).c_str());
+    } else if (eval) {
+      tools::run_evaluation(config, eval_options);
     } else {
       tools::run_training(config, options);
     }

@@ -19,13 +19,14 @@ json default_train_document() {
       "model": {"kind": "flare", "args": {}, "seed": 0},
       "precision": "f32",
       "device": "cpu",
-      "loss": {"kind": "relative_l2", "huber_delta": 1.0},
-      "data": {"train": "", "val": "", "batch_size": 1, "shuffle": true, "seed": 0, "normalize": true},
+      "loss": {"kind": "relative_l2", "huber_delta": 1.0, "units": "physical"},
+      "data": {"train": "", "val": "", "batch_size": 1, "micro_batch": 0, "shuffle": true, "seed": 0,
+               "normalize": true},
       "mesh": {"ddp": 1, "domain": 1},
       "steps": 0, "epochs": 0,
       "log": {"every": 10, "out_dir": "train-out", "plots": true, "panel_sample": 0, "progress_bar": "auto"},
       "validation": {"every": 0, "samples": 0},
-      "checkpoint": {"dir": "", "every": 0}
+      "checkpoint": {"dir": "", "every": 0, "best": true}
     })");
     doc.update(optim::default_optimizer_json());  // "optimizer" and "schedule", as the C API takes them too
     return doc;
@@ -210,6 +211,10 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   else throw ValueError("shardrt-train: loss.kind '" + loss + "' is not one of relative_l2, mse, huber");
   c.huber_delta = doc["loss"]["huber_delta"].get<double>();
   SHARDRT_CHECK(c.huber_delta > 0, ValueError, "shardrt-train: loss.huber_delta must be > 0, got ", c.huber_delta);
+  const std::string units = doc["loss"]["units"].get<std::string>();
+  SHARDRT_CHECK(units == "physical" || units == "normalized", ValueError, "shardrt-train: loss.units '", units,
+                "' must be physical or normalized");
+  c.loss_physical_units = units == "physical";
 
   const json& d = doc["data"];
   c.train_manifest = d["train"].get<std::string>();
@@ -226,8 +231,14 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   SHARDRT_CHECK(c.ddp >= 1 && c.domain >= 1, ValueError, "shardrt-train: mesh.ddp and mesh.domain must be >= 1");
   SHARDRT_CHECK(c.batch_size >= 1 && c.batch_size % c.ddp == 0, ValueError, "shardrt-train: data.batch_size ",
                 c.batch_size, " must be a positive multiple of mesh.ddp ", c.ddp,
-                " (each ddp group takes one sample per micro-batch)");
-  c.optimizer.accumulation_steps = static_cast<int>(c.batch_size / c.ddp);
+                " (each ddp group takes its own samples)");
+  const int64_t share = c.batch_size / c.ddp;  // samples per ddp group per step
+  c.micro_batch = integer(d["micro_batch"], "data.micro_batch", 0, INT32_MAX);
+  if (c.micro_batch == 0) c.micro_batch = share;
+  SHARDRT_CHECK(share % c.micro_batch == 0, ValueError, "shardrt-train: data.micro_batch ", c.micro_batch,
+                " must divide each ddp group's share of the batch, data.batch_size / mesh.ddp = ", share,
+                " (0: all ", share, " in one forward)");
+  c.optimizer.accumulation_steps = static_cast<int>(share / c.micro_batch);
 
   c.steps = integer(doc["steps"], "steps", 0, INT32_MAX);
   c.epochs = integer(doc["epochs"], "epochs", 0, INT32_MAX);
@@ -244,6 +255,7 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   c.checkpoint_dir = doc["checkpoint"]["dir"].get<std::string>();
   if (c.checkpoint_dir.empty()) c.checkpoint_dir = c.out_dir + "/checkpoint";
   c.checkpoint_every = integer(doc["checkpoint"]["every"], "checkpoint.every", 0, INT64_MAX);
+  c.keep_best = doc["checkpoint"]["best"].get<bool>();
   return c;
 }
 

@@ -38,11 +38,18 @@ struct TrainConfig {
 
   LossKind loss = LossKind::relative_l2;
   double huber_delta = 1.0;
+  // "loss.units": "physical" takes the loss of the fields in physical units (the normaliser undone on the model's
+  // output and the target), the quantity validation reports; "normalized" takes it of the normalised fields. With
+  // relative_l2 the two differ in more than scale: a normalised pressure has its mean taken off, so its norm, the
+  // denominator, is that of the deviation from the mean, not of the pressure.
+  bool loss_physical_units = true;
 
   std::string train_manifest, val_manifest;
-  // Global samples per optimizer step. The mesh takes `ddp` of them per micro-batch (one per domain group), so
-  // batch_size / ddp micro-batches are accumulated: the same objective on every mesh.
-  int64_t batch_size = 1;
+  // Global samples per optimizer step, and the samples each ddp group (each domain group) takes per forward
+  // ("data.micro_batch"; 0 in the document: batch_size / ddp, the whole share in one forward). The mesh takes
+  // ddp * micro_batch samples per micro-batch, and batch_size / (ddp * micro_batch) micro-batches are accumulated:
+  // the same objective on every mesh and for every micro_batch.
+  int64_t batch_size = 1, micro_batch = 1;
   bool shuffle = true, normalize = true;
   uint64_t data_seed = 0;
 
@@ -51,6 +58,7 @@ struct TrainConfig {
   int64_t log_every = 10, val_every = 0, val_samples = 0;  // val_samples 0: the whole split
   std::string out_dir = "train-out", checkpoint_dir;       // checkpoint_dir "": <out_dir>/checkpoint
   int64_t checkpoint_every = 0;                            // 0: only at the end
+  bool keep_best = true;  // "checkpoint.best": also keep the checkpoint of the best validation, <checkpoint_dir>-best
   bool plots = true;
   // "auto": a bar between the lines when rank 0's stdout is a terminal (mpiexec gives rank 0 a pseudo-terminal
   // even when its own output goes to a file, so "off" keeps logs free of carriage returns), "on", "off".

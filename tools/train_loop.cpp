@@ -52,12 +52,6 @@ double peak_mib_over_ranks() {
   return most;
 }
 
-// One validation sample's fields in physical units, for the panel.
-struct PanelSample {
-  int64_t height = 0, width = 0;
-  std::vector<float> permeability, pressure, prediction;
-};
-
 // The mean over validation samples of ||pred - true|| / ||true|| of the pressure ("darcy"), in physical units
 // (the normaliser undone). Whole tensors are gathered per batch: validation is small next to training.
 // A batch's tensor on the training device (the loader reads into host memory). Data, not a parameter: no grad.
@@ -71,7 +65,7 @@ std::map<std::string, ShardTensor> on_device(std::map<std::string, ShardTensor> 
 
 double validate(models::Model& model, const DarcyModelIO& io, data::DarcyLoader& val,
                 const std::optional<data::Normalizer>& norm, int64_t batches, int64_t panel_sample,
-                PanelSample* panel, Device device) {
+                DarcyPanel* panel, Device device) {
   NoGradGuard no_grad;
   val.seek(0);
   double total = 0;
@@ -107,6 +101,17 @@ double validate(models::Model& model, const DarcyModelIO& io, data::DarcyLoader&
   return counted ? total / static_cast<double>(counted) : 0.0;
 }
 
+// The panel of one validation sample (rank 0), titled with its error and the step of the weights.
+void write_panel(const std::string& png, DarcyPanel& panel, int64_t sample, int64_t step) {
+  char title[160];
+  std::snprintf(title, sizeof title, "validation sample %lld after %lld steps: relative L2 %.4f",
+                static_cast<long long>(sample), static_cast<long long>(step),
+                relative_l2(panel.prediction, panel.pressure));
+  panel.title = title;
+  write_darcy_panel_png(png, panel);
+  std::printf("panel: %s\n", png.c_str());
+}
+
 std::vector<std::string> normalizer_names() {
   std::vector<std::string> out;
   for (const auto& [name, t] : data::Normalizer{}.state()) out.push_back(name);
@@ -115,10 +120,19 @@ std::vector<std::string> normalizer_names() {
 
 // One checkpoint directory holds everything a resume needs: the optimizer's shards (master weights and state), the
 // normaliser (rank 0 writes it) and the loop's position, committed atomically by save_checkpoint.
+// The best validation so far (the checkpoint kept as <checkpoint.dir>-best), carried through checkpoints so that a
+// resumed run keeps comparing against it.
+struct BestValidation {
+  double rel_l2 = -1;  // < 0: no validation yet
+  int64_t step = 0;
+};
+
 void save_training(const Mesh& mesh, const std::string& dir, const optim::Optimizer& opt,
-                   const std::optional<data::Normalizer>& norm, int64_t step, int64_t loader_position) {
+                   const std::optional<data::Normalizer>& norm, int64_t step, int64_t loader_position,
+                   const BestValidation& best, int64_t loader_batch) {
   CheckpointContents c = opt.checkpoint_contents();
-  c.state["train"] = {{"step", step}, {"loader_position", loader_position}};
+  c.state["train"] = {{"step", step},         {"loader_position", loader_position}, {"loader_batch", loader_batch},
+                      {"best_val_rel_l2", best.rel_l2}, {"best_step", best.step}};
   if (mesh.rank() == 0 && norm)
     for (const auto& [name, t] : norm->state()) c.ranges.push_back({name, {1}, 0, t.reshape({1})});
   save_checkpoint(mesh, dir, c);
@@ -126,8 +140,21 @@ void save_training(const Mesh& mesh, const std::string& dir, const optim::Optimi
 
 struct Resumed {
   int64_t step = 0, loader_position = 0;
+  int64_t loader_batch = 0;  // the samples per loader batch the position counts (0: not recorded)
+  BestValidation best;
   std::optional<data::Normalizer> normalizer;
 };
+
+// The loader position to resume at, in batches of `batch` samples: a run resumed with another data.micro_batch
+// continues at the same sample (ValueError where that falls inside one of its batches).
+int64_t resumed_position(const Resumed& r, int64_t batch) {
+  if (r.loader_batch == 0 || r.loader_batch == batch) return r.loader_position;
+  const int64_t samples = r.loader_position * r.loader_batch;
+  SHARDRT_CHECK(samples % batch == 0, ValueError, "shardrt-train: --resume: the checkpoint stopped after sample ",
+                samples, " of the loader's order, inside a batch of ", batch, " samples (", r.loader_batch,
+                " per batch when it was saved); resume with the data.micro_batch it was saved with");
+  return samples / batch;
+}
 
 Resumed load_training(const Mesh& mesh, const std::string& dir, optim::Optimizer& opt, bool normalize) {
   std::vector<RangeRequest> requests = opt.checkpoint_requests();
@@ -142,6 +169,9 @@ Resumed load_training(const Mesh& mesh, const std::string& dir, optim::Optimizer
                               "' was not written by shardrt-train (its state has no 'train' entry)");
   r.step = loaded.state["train"]["step"].get<int64_t>();
   r.loader_position = loaded.state["train"]["loader_position"].get<int64_t>();
+  r.loader_batch = loaded.state["train"].value("loader_batch", int64_t{0});
+  r.best.rel_l2 = loaded.state["train"].value("best_val_rel_l2", -1.0);  // absent in checkpoints before it
+  r.best.step = loaded.state["train"].value("best_step", int64_t{0});
   if (normalize) {
     std::map<std::string, Tensor> st;
     for (size_t i = 0; i < names.size(); ++i) st[names[i]] = loaded.values[n + i];
@@ -150,6 +180,19 @@ Resumed load_training(const Mesh& mesh, const std::string& dir, optim::Optimizer
   loaded.values.resize(n);
   opt.load_from(loaded);
   return r;
+}
+
+// The config's mesh over MPI_COMM_WORLD, once every rank agrees that the launch has as many ranks as it needs.
+Mesh config_mesh(const TrainConfig& c) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const Mesh start(MPI_COMM_WORLD, 1, world);  // agrees on the setup's verdicts before the real mesh exists
+  agree_or_throw<ValueError>(start.flat(), c.ddp * c.domain == world,
+                             "shardrt-train: mesh " + std::to_string(c.ddp) + "x" + std::to_string(c.domain) +
+                                 " needs " + std::to_string(c.ddp * c.domain) + " ranks but mpiexec started " +
+                                 std::to_string(world) + "; use mpiexec -n " + std::to_string(c.ddp * c.domain) +
+                                 " or --set mesh.ddp=D --set mesh.domain=N with D x N = " + std::to_string(world));
+  return Mesh(MPI_COMM_WORLD, c.ddp, c.domain);
 }
 
 }  // namespace
@@ -180,16 +223,54 @@ void agree_on(const Communicator& comm, const std::function<void()>& step) {
   throw ValueError(text);
 }
 
+double run_evaluation(const TrainConfig& c, const EvalOptions& e) {
+  const Mesh mesh = config_mesh(c);
+  const bool root = mesh.rank() == 0;
+  const std::string manifest = e.data.empty() ? c.val_manifest : e.data;
+  agree_or_throw<ValueError>(mesh.flat(), !manifest.empty(),
+                             "shardrt-train --eval: no split to evaluate on; pass --eval-data darcy_<split>.json or "
+                             "set data.val");
+  std::string dir = e.checkpoint;
+  if (dir.empty()) dir = std::filesystem::exists(c.checkpoint_dir + "-best") ? c.checkpoint_dir + "-best" : c.checkpoint_dir;
+  std::unique_ptr<models::Model> model = agreed(mesh, [&] {
+    return models::build_model(c.model_kind, c.model_args, {c.dtype, c.model_seed});
+  });
+  const data::DarcyManifest m = agreed(mesh, [&] { return data::load_darcy_manifest(manifest); });
+  const int64_t R = m.resolution;
+  if (c.device.is_cuda()) model->to(c.device);
+  optim::OptimizerConfig oc = c.optimizer;
+  oc.accumulation_steps = 1;
+  optim::Optimizer opt(mesh, *model, oc);  // the checkpoint's master weights reach the model through it
+  const Resumed r = load_training(mesh, dir, opt, c.normalize);
+  const std::unique_ptr<DarcyModelIO> io = agreed(mesh, [&] { return darcy_model_io(*model, mesh, R, R); });
+  data::LoaderOptions lo;
+  // Batches as validation takes them in training (so the figures agree), or one sample per ddp group where those
+  // would leave samples out.
+  const int64_t batch = m.samples % (c.ddp * c.micro_batch) == 0 ? c.ddp * c.micro_batch : c.ddp;
+  lo.batch_size = batch, lo.shuffle = false, lo.prefetch = false, lo.dtype = c.dtype, lo.normalizer = r.normalizer;
+  lo = io->loader_layout(lo, batch, R, R);
+  auto loader = agreed(mesh, [&] { return std::make_unique<data::DarcyLoader>(manifest, mesh, lo); });
+  const int64_t batches = loader->batches_per_epoch();
+  DarcyPanel panel;
+  std::optional<Autocast> scope;
+  if (c.autocast) scope.emplace(*c.autocast);
+  const double l2 = validate(*model, *io, *loader, r.normalizer, batches, c.panel_sample, &panel, c.device);
+  if (root) {
+    std::printf("shardrt-train --eval: %s (step %lld) on %s (%lld samples, %lldx%lld) on %s\n", dir.c_str(),
+                static_cast<long long>(r.step), manifest.c_str(), static_cast<long long>(batches * batch),
+                static_cast<long long>(R), static_cast<long long>(R), mesh.str().c_str());
+    if (c.plots && !panel.prediction.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(c.out_dir, ec);
+      write_panel(c.out_dir + "/eval-panel.png", panel, c.panel_sample, r.step);
+    }
+    std::printf("relative L2 (darcy, %lld samples): %.4f\n", static_cast<long long>(batches * batch), l2);
+  }
+  return l2;
+}
+
 double run_training(const TrainConfig& c, const RunOptions& options) {
-  int world = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const Mesh start(MPI_COMM_WORLD, 1, world);  // agrees on the setup's verdicts before the real mesh exists
-  agree_or_throw<ValueError>(start.flat(), c.ddp * c.domain == world,
-                             "shardrt-train: mesh " + std::to_string(c.ddp) + "x" + std::to_string(c.domain) +
-                                 " needs " + std::to_string(c.ddp * c.domain) + " ranks but mpiexec started " +
-                                 std::to_string(world) + "; use mpiexec -n " + std::to_string(c.ddp * c.domain) +
-                                 " or --set mesh.ddp=D --set mesh.domain=N with D x N = " + std::to_string(world));
-  const Mesh mesh(MPI_COMM_WORLD, c.ddp, c.domain);
+  const Mesh mesh = config_mesh(c);
   const bool root = mesh.rank() == 0;
 
   std::unique_ptr<models::Model> model = agreed(mesh, [&] {
@@ -201,7 +282,8 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
   optim::OptimizerConfig oc = c.optimizer;
   // The loader's batches per epoch fix an epoch-count run's total, which the schedule needs.
   const int64_t micro = c.optimizer.accumulation_steps;
-  const int64_t batches_per_epoch = train_manifest.samples / c.ddp;
+  const int64_t micro_samples = c.ddp * c.micro_batch;  // the global samples of one forward
+  const int64_t batches_per_epoch = train_manifest.samples / micro_samples;
   const int64_t total = c.steps > 0 ? c.steps : c.epochs * (batches_per_epoch / micro);
   agree_or_throw<ValueError>(mesh.flat(), total > 0,
                              "shardrt-train: epochs " + std::to_string(c.epochs) + " of " +
@@ -221,14 +303,14 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
 
   const std::unique_ptr<DarcyModelIO> io = agreed(mesh, [&] { return darcy_model_io(*model, mesh, R, R); });
   data::LoaderOptions lo;
-  lo.batch_size = c.ddp;
+  lo.batch_size = micro_samples;
   lo.shuffle = c.shuffle;
   lo.seed = c.data_seed;
   lo.dtype = c.dtype;
   lo.normalizer = norm;
-  lo = io->loader_layout(lo, c.ddp, R, R);
+  lo = io->loader_layout(lo, micro_samples, R, R);
   auto train = agreed(mesh, [&] { return std::make_unique<data::DarcyLoader>(c.train_manifest, mesh, lo); });
-  train->seek(resumed.loader_position);
+  train->seek(agreed(mesh, [&] { return resumed_position(resumed, micro_samples); }));
   std::unique_ptr<data::DarcyLoader> val;
   int64_t val_batches = 0;
   if (!c.val_manifest.empty()) {
@@ -240,7 +322,7 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
                                "shardrt-train: the validation split is " + std::to_string(val->manifest().resolution) +
                                    "^2 but the training split " + std::to_string(R) + "^2");
     val_batches = val->batches_per_epoch();
-    if (c.val_samples > 0) val_batches = std::min(val_batches, std::max<int64_t>(1, c.val_samples / c.ddp));
+    if (c.val_samples > 0) val_batches = std::min(val_batches, std::max<int64_t>(1, c.val_samples / micro_samples));
   }
 
   const std::string csv_path = c.out_dir + "/metrics.csv";
@@ -270,16 +352,18 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
                 c.model_kind.c_str(), static_cast<long long>(model->num_parameters()),
                 precision.c_str(),
                 mesh.str().c_str(), static_cast<long long>(train_manifest.samples), static_cast<long long>(R),
-                static_cast<long long>(R), static_cast<long long>(c.batch_size), static_cast<long long>(c.ddp),
+                static_cast<long long>(R), static_cast<long long>(c.batch_size), static_cast<long long>(micro_samples),
                 static_cast<long long>(micro), loss_name(c.loss), optim::algorithm_name(c.optimizer.algorithm),
                 oc.schedule->describe().c_str(), static_cast<long long>(total),
                 options.resume ? (", resumed at step " + std::to_string(resumed.step)).c_str() : "");
     std::fflush(stdout);
   }
-  const bool tty = root && (c.progress_bar == "on" || (c.progress_bar == "auto" && ::isatty(STDOUT_FILENO)));
+  const bool tty = root && (c.progress_bar == "on" || (c.progress_bar == "auto" && stdout_is_terminal()));
 
   double last_val = -1, last_loss = 0;
-  PanelSample panel;
+  BestValidation best = resumed.best;
+  const std::string best_dir = c.checkpoint_dir + "-best";
+  DarcyPanel panel;
   int64_t step = resumed.step;
   auto window_start = Clock::now();
   int64_t window_steps = 0;
@@ -302,7 +386,7 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
         std::optional<Autocast> scope;
         if (c.autocast) scope.emplace(*c.autocast);
         const ShardTensor pred = model->forward(on_device(io->inputs(b), c.device)).at(0);
-        loss = training_loss(c, pred, on_device(io->target(b), c.device));
+        loss = training_loss(c, pred, on_device(io->target(b), c.device), norm ? &norm->darcy : nullptr);
         backward(loss.local());
       }
       if (on_gpu) {
@@ -339,6 +423,11 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
       if (c.autocast) scope.emplace(*c.autocast);
       val_l2 = validate(*model, *io, *val, norm, val_batches, c.panel_sample, last ? &panel : nullptr, c.device);
       last_val = *val_l2;
+      // Every rank computed the same figure (validate gathers whole tensors), so all take the same branch.
+      if (c.keep_best && (best.rel_l2 < 0 || *val_l2 < best.rel_l2)) {
+        best = {*val_l2, step};
+        save_training(mesh, best_dir, opt, norm, step, train->position(), best, micro_samples);
+      }
     }
     if (do_log) {
       const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
@@ -358,42 +447,31 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
       progress_bar(step, total);
     }
     if (c.checkpoint_every > 0 && step % c.checkpoint_every == 0 && !last)
-      save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position());
+      save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position(), best, micro_samples);
     if (measure && last) measure->write(options.measure_path);
     if (options.stop_after > 0 && step == options.stop_after && !last) {
-      save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position());
+      save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position(), best, micro_samples);
       if (root) std::printf("stopped after step %lld; checkpoint %s (continue with --resume)\n",
                             static_cast<long long>(step), c.checkpoint_dir.c_str());
       return last_loss;
     }
   }
-  save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position());
+  save_training(mesh, c.checkpoint_dir, opt, norm, step, train->position(), best, micro_samples);
   if (root) std::printf("checkpoint: %s (step %lld)\n", c.checkpoint_dir.c_str(), static_cast<long long>(step));
 
   if (root && c.plots) {
     // Plots are the last thing and rank 0's alone; a missing gnuplot is reported, and fails the run like any error.
     const std::string loss_png = c.out_dir + "/loss.png";
-    write_loss_plot(csv_path, loss_png, c.model_kind + " on " + mesh.str());
+    write_loss_plot(csv_path, loss_png, c.model_kind + " on " + mesh.str(), training_loss_label(c, norm.has_value()));
     std::printf("loss curves: %s\n", loss_png.c_str());
-    if (!panel.prediction.empty()) {
-      DarcyPanel p;
-      p.height = panel.height, p.width = panel.width;
-      p.permeability.assign(panel.permeability.begin(), panel.permeability.end());
-      p.pressure.assign(panel.pressure.begin(), panel.pressure.end());
-      p.prediction.assign(panel.prediction.begin(), panel.prediction.end());
-      char title[160];
-      std::snprintf(title, sizeof title, "validation sample %lld after %lld steps: relative L2 %.4f",
-                    static_cast<long long>(c.panel_sample), static_cast<long long>(step),
-                    relative_l2(p.prediction, p.pressure));
-      p.title = title;
-      const std::string panel_png = c.out_dir + "/panel.png";
-      write_darcy_panel_png(panel_png, p);
-      std::printf("panel: %s\n", panel_png.c_str());
-    }
+    if (!panel.prediction.empty()) write_panel(c.out_dir + "/panel.png", panel, c.panel_sample, step);
   }
   if (root && val)
-    std::printf("validation relative L2 (darcy, %lld samples): %.4f\n", static_cast<long long>(val_batches * c.ddp),
+    std::printf("validation relative L2 (darcy, %lld samples): %.4f\n", static_cast<long long>(val_batches * micro_samples),
                 last_val);
+  if (root && c.keep_best && best.rel_l2 >= 0)
+    std::printf("best checkpoint: %s (step %lld, validation relative L2 %.4f)\n", best_dir.c_str(),
+                static_cast<long long>(best.step), best.rel_l2);
   return val ? last_val : last_loss;
 }
 

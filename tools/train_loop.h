@@ -27,4 +27,14 @@ void agree_on(const Communicator& comm, const std::function<void()>& step);
 
 double run_training(const TrainConfig& config, const RunOptions& options);
 
+// shardrt-train --eval: a trained model on a Darcy split, without training. The model and its inputs come from the
+// config (the run's own config.json), the weights and the normaliser from a checkpoint; it prints the split's
+// relative L2 (as validation computes it, every sample) and writes <log.out_dir>/eval-panel.png of
+// log.panel_sample. Collective like run_training; returns the relative L2.
+struct EvalOptions {
+  std::string checkpoint;  // "": <checkpoint.dir>-best when it exists, else checkpoint.dir
+  std::string data;        // a split's manifest; "": data.val
+};
+double run_evaluation(const TrainConfig& config, const EvalOptions& options);
+
 }  // namespace shardrt::tools

@@ -82,7 +82,23 @@ void progress_bar(int64_t step, int64_t total) {
   std::fflush(stdout);
 }
 
-void write_loss_plot(const std::string& csv_path, const std::string& png_path, const std::string& title) {
+bool stdout_is_terminal() {
+  if (!::isatty(STDOUT_FILENO)) return false;
+  const bool under_mpiexec = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+                             std::getenv("PMIX_RANK");
+  if (!under_mpiexec) return true;
+  // The launcher's stdout: "/dev/pts/N" on a terminal, a file's path or "pipe:[...]" when redirected. A launcher
+  // this cannot see (another node's daemon, no /proc) counts as not a terminal: plain lines are always readable.
+  char link[64], target[256];
+  std::snprintf(link, sizeof link, "/proc/%d/fd/1", static_cast<int>(::getppid()));
+  const ssize_t n = ::readlink(link, target, sizeof target - 1);
+  if (n <= 0) return false;
+  const std::string where(target, static_cast<size_t>(n));
+  return where.starts_with("/dev/pts/") || where.starts_with("/dev/tty");
+}
+
+void write_loss_plot(const std::string& csv_path, const std::string& png_path, const std::string& title,
+                     const std::string& loss_label) {
   const std::string tmp_png = png_path + ".tmp.png";
   const std::string script_path = png_path + ".gp";
   {
@@ -91,10 +107,11 @@ void write_loss_plot(const std::string& csv_path, const std::string& png_path, c
       << "set output '" << tmp_png << "'\n"
       << "set datafile separator ','\n"
       << "set key top right\nset logscale y\nset grid\n"
-      << "set xlabel 'optimizer step'\nset ylabel 'loss / relative L2'\n"
+      << "set xlabel 'optimizer step'\nset ylabel 'loss (log scale)'\n"
       << "set title '" << title << "' noenhanced\n"
-      << "plot '" << csv_path << "' every ::1 using 1:3 with lines lw 2 title 'training loss', \\\n"
-      << "     '' every ::1 using 1:($8 == $8 ? $8 : 1/0) with linespoints pt 7 lw 2 title 'validation relative L2'\n";
+      << "plot '" << csv_path << "' every ::1 using 1:3 with lines lw 2 title '" << loss_label << "' noenhanced, \\\n"
+      << "     '' every ::1 using 1:($8 == $8 ? $8 : 1/0) with linespoints pt 7 lw 2 "
+      << "title 'validation: relative L2 of the pressure (physical units)' noenhanced\n";
     SHARDRT_CHECK(s.good(), IoError, "shardrt-train: cannot write the gnuplot script '", script_path, "'");
   }
   const char* env = std::getenv("SHARDRT_GNUPLOT");

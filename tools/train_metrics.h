@@ -42,9 +42,16 @@ class MetricsCsv {
 // A bar on the current line ("\r[#####     ] 120/400"); the caller decides when (log.progress_bar).
 void progress_bar(int64_t step, int64_t total_steps);
 
+// Whether this process's standard output reaches a person's terminal. Under mpiexec a rank's stdout is a
+// pseudo-terminal of the launcher's even when the launcher's own output goes to a file, so there the launcher's
+// stdout (the parent process's, read from /proc) decides; log.progress_bar "auto" draws the bar only then.
+bool stdout_is_terminal();
+
 // The loss curves (training loss per step, validation relative L2) from the CSV, as a PNG through gnuplot
-// ($SHARDRT_GNUPLOT or gnuplot). IoError with gnuplot's output when it fails.
-void write_loss_plot(const std::string& csv_path, const std::string& png_path, const std::string& title);
+// ($SHARDRT_GNUPLOT or gnuplot). `loss_label` names the training loss's quantity and units (training_loss_label).
+// IoError with gnuplot's output when it fails.
+void write_loss_plot(const std::string& csv_path, const std::string& png_path, const std::string& title,
+                     const std::string& loss_label);
 
 // What shardrt-train --measure records, to check shardrt-plan against: per rank, the peak allocator bytes within
 // a training step (the peak is reset as each step starts, so setup, validation and checkpoints are left out) and

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # shardrt-train as a user runs it, on a tiny Darcy set (12 x 12, FLARE of two small layers, fp64):
-#   1. the same 4 optimizer steps (batch 2) under mpiexec -n 1 (1x1: two micro-batches accumulated), -n 2 (1x2: the
-#      points over domain) and -n 4 (2x2) give the same loss at every step (to 1e-10 relative) and the same
-#      validation relative L2;
+#   1. the same 4 optimizer steps (batch 2) under mpiexec -n 1 (1x1: both samples in one forward, and with
+#      data.micro_batch=1 one sample per forward, two micro-batches accumulated), -n 2 (1x2: the points over domain)
+#      and -n 4 (2x2) give the same loss at every step (to 1e-10 relative) and the same validation relative L2;
 #   2. 5 steps + checkpoint, then a new process with --resume for 5 more, equals the uninterrupted 10 steps bit for
 #      bit: every tensor of the two final checkpoints (parameters and optimizer state) and the CSV's %.17g losses, 2x2;
 #   3. a misspelt config key stops every rank with the same message and a non-zero exit;
@@ -26,13 +26,17 @@ JSON
 
 # 1. The same run on three meshes.
 mpi 1 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/m1" --set mesh.ddp=1 --set mesh.domain=1 >"$dir/m1.log"
+mpi 1 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/m1b1" --set mesh.ddp=1 --set mesh.domain=1 \
+    --set data.micro_batch=1 >"$dir/m1b1.log"
+grep -q "batch 2 (1 per micro-batch x 2)" "$dir/m1b1.log" || fail "m1b1: not two micro-batches of 1: $(head -n 1 "$dir/m1b1.log")"
+grep -q "batch 2 (2 per micro-batch x 1)" "$dir/m1.log" || fail "m1: not one micro-batch of 2: $(head -n 1 "$dir/m1.log")"
 mpi 2 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/m2" --set mesh.ddp=1 --set mesh.domain=2 >"$dir/m2.log"
 mpi 4 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/m4" --set mesh.ddp=2 --set mesh.domain=2 \
     --set log.plots=true >"$dir/m4.log"
-for m in m1 m2 m4; do
+for m in m1 m1b1 m2 m4; do
   [ "$(wc -l <"$dir/$m/metrics.csv")" = 5 ] || fail "$m: expected a header and 4 rows in metrics.csv"
 done
-python3 - "$dir/m1/metrics.csv" "$dir/m2/metrics.csv" "$dir/m4/metrics.csv" <<'PY'
+python3 - "$dir/m1/metrics.csv" "$dir/m1b1/metrics.csv" "$dir/m2/metrics.csv" "$dir/m4/metrics.csv" <<'PY'
 import csv, sys
 runs = [list(csv.DictReader(open(p))) for p in sys.argv[1:]]
 ref = runs[0]
@@ -49,7 +53,7 @@ if not all(l == l and 0 < l < 10 for l in losses) or losses[-1] >= losses[0]:
     sys.exit(f"train_cli: the loss did not go down over 4 steps: {losses}")
 if ref[1]["val_rel_l2"] == "" or ref[3]["val_rel_l2"] == "":
     sys.exit("train_cli: no validation relative L2 at steps 2 and 4")
-print("meshes 1x1, 1x2, 2x2 agree; losses", losses)
+print("meshes 1x1 (micro-batches of 2 and 1), 1x2, 2x2 agree; losses", losses)
 PY
 grep -q "validation relative L2 (darcy, 4 samples)" "$dir/m4.log" || fail "no final validation line: $(cat "$dir/m4.log")"
 for f in loss.png panel.png config.json checkpoint/index.json; do [ -s "$dir/m4/$f" ] || fail "m4: no $f"; done
@@ -149,6 +153,24 @@ differ = [k for k in a if a[k] != b[k]]
 if differ:
     sys.exit(f"train_cli: {len(differ)} of {len(a)} saved tensors differ after resume, e.g. {differ[:3]}")
 print(f"resume: 10 steps == 5 + new process + 5, {len(a)} saved tensors bit for bit (step {ia['state']['step']})")
+PY
+# A run stopped with one sample per forward (data.micro_batch=1) resumes with two (the loader continues at the same
+# sample; the losses are the uninterrupted run's to 1e-10, as a change of micro-batch is a change of summation order).
+mpi 1 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/rb" --set steps=6 --set validation.every=0 \
+    --set data.micro_batch=1 --stop-after 3 >/dev/null
+mpi 1 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/rb" --set steps=6 --set validation.every=0 \
+    --resume >/dev/null
+mpi 1 "$train" --config "$dir/tiny.json" --set log.out_dir="$dir/ub" --set steps=6 --set validation.every=0 >/dev/null
+python3 - "$dir/ub/metrics.csv" "$dir/rb/metrics.csv" <<'PY'
+import csv, sys
+a, b = (list(csv.DictReader(open(p))) for p in sys.argv[1:])
+if len(a) != 6 or len(b) != 6:
+    sys.exit(f"train_cli: micro-batch resume: {len(a)} and {len(b)} rows, expected 6")
+for x, y in zip(a, b):
+    u, v = float(x["loss"]), float(y["loss"])
+    if abs(u - v) > 1e-10 * u:
+        sys.exit(f"train_cli: micro-batch resume, step {x['step']}: {u!r} uninterrupted vs {v!r}")
+print("resume across data.micro_batch 1 -> 2: losses equal")
 PY
 
 # 6. --device cuda:0: with a GPU, the same 4 steps (f64) give the 1-rank losses to 1e-9 relative (different
