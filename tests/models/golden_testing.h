@@ -31,7 +31,7 @@ struct Golden {
   std::vector<std::string> input_names;      // forward order
   std::map<std::string, Tensor> params;      // the state dict (parameters and buffers)
   std::map<std::string, Tensor> inputs;      // by forward argument name
-  std::map<std::string, Tensor> grad_inputs;  // floating inputs but time
+  std::map<std::string, Tensor> grad_inputs;  // every input but plus mode's noise draws
   std::map<std::string, Tensor> grads;       // by parameter name
   Tensor output, grad_output;
 };
