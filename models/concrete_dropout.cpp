@@ -54,8 +54,8 @@ std::vector<Tensor> concrete_backward(ConcreteCtx& ctx, const std::vector<Tensor
     dx[i] = dy[i] * (1.0 - m) / d;
     dl[i] = dy[i] * ctx.x[i] * (-m * (1.0 - m) / (ctx.temperature * d) + (1.0 - m) * p * (1.0 - p) / (d * d));
   }
-  return {from_vector(dx, ctx.shape, {ctx.dtype}).to(ctx.device), from_vector(dl, ctx.shape, {ctx.dtype}).to(ctx.device),
-          Tensor()};
+  return {from_vector(dx, ctx.shape, {ctx.dtype}).to(ctx.device),
+          from_vector(dl, ctx.shape, {ctx.dtype}).to(ctx.device), Tensor()};
 }
 
 }  // namespace

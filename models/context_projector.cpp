@@ -115,7 +115,8 @@ ShardTensor GeometricFeatureProcessor::forward(const ShardTensor& points, const 
   const int64_t rounds = std::max(most_local_samples(points), most_local_samples(queries));
   Tensor flat = zeros({0, nq, neighbors * 3}, {queries.dtype(), queries.device()});  // an empty global batch
   if (rounds > 0) {
-    const Tensor all_points = padded_samples(points, rounds, 0.0), all_queries = padded_samples(queries, rounds, kFarAway);
+    const Tensor all_points = padded_samples(points, rounds, 0.0);
+    const Tensor all_queries = padded_samples(queries, rounds, kFarAway);
     std::vector<Tensor> per_round;
     for (int64_t b = 0; b < rounds; ++b) {
       const ShardTensor pts = sample_cloud(points, all_points, b), qry = sample_cloud(queries, all_queries, b);

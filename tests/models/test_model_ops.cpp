@@ -50,7 +50,8 @@ Tensor per_element(const Tensor& p_logit, const Shape& shape) {
 
 TEST_CASE("concrete_dropout: PhysicsNeMo's ConcreteDropout in training mode, given its noise, at 1e-12 (output, "
           "grad of x, grad of p_logit)", "[models][ops]") {
-  const SafetensorsFile f = load_safetensors(std::string(SHARDRT_TEST_DATA_DIR) + "/golden/concrete_dropout.safetensors");
+  const SafetensorsFile f =
+      load_safetensors(std::string(SHARDRT_TEST_DATA_DIR) + "/golden/concrete_dropout.safetensors");
   Tensor x = f.get("x").clone(), p = f.get("p_logit").clone();
   set_requires_grad(x), set_requires_grad(p);
   // PhysicsNeMo clamps its draw to [1e-7, 1 - 1e-7]; the file holds the raw draw (two entries outside).
