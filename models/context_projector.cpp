@@ -49,7 +49,7 @@ PendingSlices ContextProjector::pending(const ShardTensor& x, GumbelState& noise
   const ShardTensor w = plus ? slice_weights_plus(z, fm, temperature, *proj_temperature0, *proj_temperature2, noise,
                                                   noise_site)
                              : slice_weights(z, temperature);
-  // output_dropout (eval: identity) applies to the resolved tokens; nothing to do here.
+  // output_dropout applies to the resolved tokens (GlobalContextBuilder::build).
   return slice_sums(w, fm);
 }
 
@@ -60,21 +60,18 @@ GeometricFeatureProcessor::GeometricFeatureProcessor(double r, int64_t k, int64_
 
 namespace {
 
-// One sample's cloud (n, 3) of a (B, n, 3) tensor, as a 2-D ShardTensor whose points keep their domain split.
-// The batch axes are stated Replicate: each rank holds its own sample there, and nothing below communicates over
-// them (the search rings over the domain axis only, and the gather's grads stay on the ranks that own the points).
-// A rank holding fewer samples than others (the batch split over ddp, unevenly or with zero-size shards) searches
-// a stand-in cloud of zeros for the missing ones, so that every rank issues the same ops; the results are dropped.
-ShardTensor sample_cloud(const ShardTensor& x, int64_t b) {
-  const int n = x.mesh().ndim();
-  Placements p(n, Placement::Replicate());
-  AxisExtents e(n);
-  for (int m = 0; m < n; ++m)
-    if (x.spec().placement(m).is_shard(1)) p[m] = Placement::Shard(0), e[m] = x.spec().extents(m);
-  const Tensor cloud = b < x.local().size(0) ? contiguous(select(x.local(), 0, b))
-                                             : zeros({x.local().size(1), x.local().size(2)}, {x.dtype(), x.device()});
-  return from_local(cloud, x.mesh(), p, e);
-}
+// A ball query runs on one sample's cloud at a time, and the ranks of different batch (ddp) groups may hold
+// different numbers of samples (an uneven split of the batch, or none at all). Every rank still runs the same
+// rounds — the most samples any rank holds — so that every rank records the same ops with the same specs: the
+// clouds' from_local agrees over the whole mesh in checked mode, and an input that a rank left off its graph
+// would leave the adjoint of its scatter (a point-to-point gather) waiting on the other ranks. A rank pads its
+// samples with stand-in clouds up to the rounds and narrows the rounds' results back to its own samples, so the
+// stand-ins get zero grads and a rank without a sample keeps every input on the graph, with empty tensors from
+// the narrow on. The stand-in points sit at the origin and the stand-in queries far from them (finite in f32, so
+// that no distance overflows): a padded round finds no neighbour and its queries skip the KD-tree build, so it
+// costs O(N_local), however large the cloud. Every rank of a domain group holds the same samples, so a padded
+// round is padded on the whole group and its ring shifts match.
+constexpr double kFarAway = 1e38;
 
 // The most samples any rank holds locally (the largest batch extent), from the spec alone.
 int64_t most_local_samples(const ShardTensor& x) {
@@ -83,6 +80,25 @@ int64_t most_local_samples(const ShardTensor& x) {
     if (x.spec().placement(m).is_shard(0))
       for (int64_t e : x.spec().extents(m)) most = std::max(most, e);
   return most;
+}
+
+// x's local samples (b, n, 3) and `rounds - b` stand-in clouds of `fill` after them: (rounds, n, 3), on the tape.
+Tensor padded_samples(const ShardTensor& x, int64_t rounds, double fill) {
+  const Tensor& l = x.local();
+  if (l.size(0) == rounds) return l;
+  return cat({l, full({rounds - l.size(0), l.size(1), l.size(2)}, fill, {l.dtype(), l.device()})}, 0);
+}
+
+// Round b's cloud (n, 3) of the padded samples, as a 2-D ShardTensor whose points keep x's domain split. The batch
+// axes are stated Replicate: each rank holds its own sample there, and nothing below communicates over them (the
+// search rings over the domain axis only, and the gather's grads stay on the ranks that own the points).
+ShardTensor sample_cloud(const ShardTensor& x, const Tensor& padded, int64_t b) {
+  const int n = x.mesh().ndim();
+  Placements p(n, Placement::Replicate());
+  AxisExtents e(n);
+  for (int m = 0; m < n; ++m)
+    if (x.spec().placement(m).is_shard(1)) p[m] = Placement::Shard(0), e[m] = x.spec().extents(m);
+  return from_local(contiguous(select(padded, 0, b)), x.mesh(), p, e);
 }
 
 }  // namespace
@@ -96,18 +112,21 @@ ShardTensor GeometricFeatureProcessor::forward(const ShardTensor& points, const 
                 "GeoTransolver local features: points ", points.str(), " and queries ", queries.str(),
                 " must split the batch alike");
   const int64_t batch = queries.local().size(0), nq = queries.local().size(1);
-  std::vector<Tensor> per_sample;
   const int64_t rounds = std::max(most_local_samples(points), most_local_samples(queries));
-  for (int64_t b = 0; b < rounds; ++b) {
-    const ShardTensor pts = sample_cloud(points, b), qry = sample_cloud(queries, b);
-    const Neighbors nb = radius_search(pts, qry, radius, neighbors);
-    // Raw absolute xyz of each neighbour, zeros where a query has fewer than K (index -1): (nq, K, 3).
-    const ShardTensor xyz = gather_neighbor_features(pts, nb.index);
-    if (b < batch) per_sample.push_back(unsqueeze(reshape(xyz.local(), {nq, neighbors * 3}), 0));
+  Tensor flat = zeros({0, nq, neighbors * 3}, {queries.dtype(), queries.device()});  // an empty global batch
+  if (rounds > 0) {
+    const Tensor all_points = padded_samples(points, rounds, 0.0);
+    const Tensor all_queries = padded_samples(queries, rounds, kFarAway);
+    std::vector<Tensor> per_round;
+    for (int64_t b = 0; b < rounds; ++b) {
+      const ShardTensor pts = sample_cloud(points, all_points, b), qry = sample_cloud(queries, all_queries, b);
+      const Neighbors nb = radius_search(pts, qry, radius, neighbors);
+      // Raw absolute xyz of each neighbour, zeros where a query has fewer than K (index -1): (nq, K, 3).
+      const ShardTensor xyz = gather_neighbor_features(pts, nb.index);
+      per_round.push_back(unsqueeze(reshape(xyz.local(), {nq, neighbors * 3}), 0));
+    }
+    flat = narrow(per_round.size() == 1 ? per_round[0] : cat(per_round, 0), 0, 0, batch);
   }
-  Tensor flat = batch == 1 ? per_sample[0]
-                : batch == 0 ? zeros({0, nq, neighbors * 3}, {queries.dtype(), queries.device()})
-                             : cat(per_sample, 0);
   // (B, Nq, K*3) laid out like the queries.
   const ShardTensor x = from_local(flat, queries.mesh(), queries.placements(), queries.spec().all_extents());
   return tanh(mlp.forward(x));
@@ -172,23 +191,35 @@ BuiltContext GlobalContextBuilder::build(const std::vector<ShardTensor>& positio
   auto hooks = forward_scope();  // e.g. ZeRO-3's gather of the whole builder (GeoTransolver::forward_blocks)
   BuiltContext out;
   std::vector<PendingSlices> pending;
+  std::vector<const ContextProjector*> makers;  // the tokenizer of each pending part (its output_dropout)
   if (!local_extractors.empty() && geometry.defined()) {
     for (size_t i = 0; i < local_extractors.size(); ++i) {
       const MultiScaleFeatureExtractor& ex = *local_extractors[i];
       // Context features live on the geometry points (the local points searched around each of them); the local
       // features on the local points (the geometry searched around each of them): the same processor both ways.
-      for (size_t j = 0; j < ex.processors.size(); ++j)
+      for (size_t j = 0; j < ex.processors.size(); ++j) {
         pending.push_back(ex.tokenizers[j]->pending(ex.processors[j]->forward(positions[i], geometry), noise));
+        makers.push_back(ex.tokenizers[j].get());
+      }
       std::vector<ShardTensor> scales;
       for (const auto& p : ex.processors) scales.push_back(p->forward(geometry, positions[i]));
       out.local_features.push_back(scales.size() == 1 ? scales[0] : cat(scales, -1));
     }
   }
-  if (geometry_tokenizer && geometry.defined()) pending.push_back(geometry_tokenizer->pending(geometry, noise));
-  if (global_tokenizer && global.defined()) pending.push_back(global_tokenizer->pending(global, noise));
+  if (geometry_tokenizer && geometry.defined()) {
+    pending.push_back(geometry_tokenizer->pending(geometry, noise));
+    makers.push_back(geometry_tokenizer.get());
+  }
+  if (global_tokenizer && global.defined()) {
+    pending.push_back(global_tokenizer->pending(global, noise));
+    makers.push_back(global_tokenizer.get());
+  }
   if (pending.empty()) return out;
   // One all-reduce for every part on geometry points; none for the replicated global tokens.
-  const std::vector<ShardTensor> parts = resolve_slice_tokens(pending);
+  std::vector<ShardTensor> parts = resolve_slice_tokens(pending);
+  // Each tokenizer's output_dropout on its resolved tokens (replicated over the domain: the same draws there).
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (makers[i]->output_dropout) parts[i] = makers[i]->output_dropout->forward(parts[i], noise);
   out.context = parts.size() == 1 ? parts[0] : cat(parts, -1);
   return out;
 }

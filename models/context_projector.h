@@ -15,7 +15,9 @@
 // tokenizer runs on replicated data (no collective, and its parameters' grads are complete without a reduction).
 // The context (B, H, S, Dctx) is replicated over the domain and reused by every block. The ball queries are the
 // radius_search patch (a ring of the point blocks over the domain axis) and the neighbour gather the
-// gather_neighbor_features patch (sharded forward and backward).
+// gather_neighbor_features patch (sharded forward and backward), one sample at a time: every rank runs the same
+// rounds (the most samples any rank holds, its missing ones stand-in clouds, narrowed away), so a rank without a
+// sample records the ops of the others (models/context_projector.cpp).
 #pragma once
 #include <cstdint>
 #include <memory>

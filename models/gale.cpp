@@ -121,7 +121,8 @@ std::vector<ShardTensor> Gale::forward(const std::vector<ShardTensor>& xs, const
     const ShardTensor& w = pending[i].weights;
     const Shape& s = xs[i].global_shape();
     const ShardTensor y = matmul(permute(w, {0, 2, 1, 3}), m);
-    out.push_back(out_linear.forward(reshape(permute(y, {0, 2, 1, 3}), {s[0], s[1], h * d})));
+    ShardTensor o = out_linear.forward(reshape(permute(y, {0, 2, 1, 3}), {s[0], s[1], h * d}));
+    out.push_back(out_dropout ? out_dropout->forward(o, noise) : o);
   }
   return out;
 }
@@ -199,7 +200,8 @@ std::vector<ShardTensor> GaleFA::forward(const std::vector<ShardTensor>& xs, con
       const ShardTensor ca = scaled_dot_product_attention(cross_q->forward(xm), ck, cv, 1.0).out;
       y = mix_self_and_cross(opt.mixing, y, ca, state_mixing, concat_project0.get());
     }
-    out.push_back(out_linear.forward(reshape(permute(y, {0, 2, 1, 3}), {s[0], s[1], h * d})));
+    ShardTensor o = out_linear.forward(reshape(permute(y, {0, 2, 1, 3}), {s[0], s[1], h * d}));
+    out.push_back(out_dropout ? out_dropout->forward(o, noise) : o);
   }
   return out;
 }

@@ -4,7 +4,9 @@
 #include <cmath>
 
 #include "autograd/tape.h"
+#include "models/concrete_dropout.h"
 #include "models/init.h"
+#include "models/noise_window.h"
 #include "runtime/errors.h"
 
 namespace shardrt::models {
@@ -49,6 +51,22 @@ ConcreteDropout::ConcreteDropout(double dropout, DType dtype) {
   const double p0 = std::clamp(std::max(dropout, 0.05), 0.01, 0.99);
   p_logit = full({}, std::log(p0 / (1.0 - p0)), {dtype});
   register_parameter("p_logit", &p_logit);
+}
+
+ShardTensor ConcreteDropout::forward(const ShardTensor& x, GumbelState& noise) const {
+  if (!training()) return x;
+  Tensor u;
+  {
+    NoGradGuard no_grad;
+    Tensor p = p_logit;  // PhysicsNeMo clamps the parameter itself (p_logit.data.clamp_), outside the graph
+    if (std::fabs(p.item()) > 10.0) p.copy_(clamp(p, -10.0, 10.0));
+    const uint64_t offset = (noise.dropout_step << 20) + static_cast<uint64_t>(noise.dropout_call++);
+    u = clamp(uniform_window(x, noise.dropout_seed, offset), kConcreteEps, 1.0 - kConcreteEps);
+  }
+  const Tensor pl = p_logit.dtype() == x.dtype() ? p_logit : shardrt::to_dtype(p_logit, x.dtype());
+  // p_logit per element of x, through the elementwise patch (its backward sums the grad where x is sharded).
+  const ShardTensor lambda = add(ShardTensor(zeros(x.local().shape(), {x.dtype(), x.device()}), x.spec()), pl);
+  return ShardTensor(concrete_dropout(x.local(), lambda.local(), u), x.spec());
 }
 
 Tensor orthogonal_init(const Shape& shape, DType dtype, Generator& gen) {

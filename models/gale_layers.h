@@ -4,14 +4,20 @@
 //                      `weight` [out, in] or [out, in, 3, 3(, 3)] and `bias` [out]. On a row-sharded grid (whole
 //                      rows per rank) the conv is the sharded conv's halo path: one halo_exchange of one row each
 //                      way (an all_to_all_v window for thinner or zero-size shards), and the same back.
-//   ConcreteDropout  — `p_logit` [] (log(p0 / (1 - p0)), p0 = clamp(max(dropout, 0.05), 0.01, 0.99)); ShardRT
-//                      runs models in eval mode, where it is the identity (its grad is then zero, as in torch).
+//   ConcreteDropout  — `p_logit` [] (log(p0 / (1 - p0)), p0 = clamp(max(dropout, 0.05), 0.01, 0.99)). In eval mode
+//                      (the default, Module::train) the identity; in training mode the relaxed Bernoulli mask
+//                      (models/concrete_dropout.h) with PhysicsNeMo's temperature 0.1, p_logit clamped to ±10 in
+//                      place first, as PhysicsNeMo does. Its draws come from the forward's noise state (counter-based,
+//                      the global element index: the same noise on every mesh). p_logit meets x through the
+//                      elementwise patch, so its grad is summed over the axes that shard x once (none for the
+//                      replicated context tokens).
 //   orthogonal_init  — torch.nn.init.orthogonal_'s distribution (QR of a Gaussian, sign-fixed) from our generator.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "models/gale_slices.h"
 #include "models/layers.h"
 
 namespace shardrt::models {
@@ -33,7 +39,7 @@ class TokenProjection : public Module {
 class ConcreteDropout : public Module {
  public:
   ConcreteDropout(double dropout, DType dtype);
-  ShardTensor forward(const ShardTensor& x) const { return x; }  // eval mode
+  ShardTensor forward(const ShardTensor& x, GumbelState& noise) const;
 
   Tensor p_logit;
 };

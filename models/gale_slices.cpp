@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "autograd/tape.h"
+#include "models/noise_window.h"
 #include "patches/errors.h"
 #include "runtime/errors.h"
 
@@ -13,12 +14,9 @@ namespace shardrt::models {
 
 GumbelSource philox_gumbel(uint64_t seed) {
   return [seed](const ShardTensor& z, int64_t call) {
-    NoGradGuard no_grad;
-    // One generator per call keyed by (seed, call): every rank draws the same global tensor and keeps its own
-    // window, so the noise of a point does not depend on the decomposition (transient O(N) work, plus mode only).
-    Generator gen(seed * 1000003ull + static_cast<uint64_t>(call));
-    const Tensor u = rand(z.global_shape(), {z.dtype()}, &gen);
-    return distribute(u, z.mesh(), z.placements(), z.spec().all_extents()).local().to(z.device());
+    // One draw per call keyed by (seed, call), of which each rank computes only its own window: the noise of a
+    // point does not depend on the decomposition (the draw rand(global shape) of Generator(seed * 1000003 + call)).
+    return uniform_window(z, seed * 1000003ull + static_cast<uint64_t>(call), 0);
   };
 }
 

@@ -38,10 +38,16 @@ GumbelSource philox_gumbel(uint64_t seed);
 
 // The noise state of one forward: draws given per site (the model's optional inputs `gumbel_u.<site>`, e.g.
 // PhysicsNeMo's own recorded draws), else the source, with the running call counter.
+//
+// It also carries concrete dropout's draws in training mode (models/gale_layers.h): call k of a forward draws
+// uniform_window(x, dropout_seed, dropout_step * 2^20 + k) (models/noise_window.h), so each training step draws
+// fresh noise, the same on every mesh.
 struct GumbelState {
   GumbelSource source;
   int64_t call = 0;
   const std::map<std::string, ShardTensor>* given = nullptr;  // site -> u (global shape of the site's logits)
+  uint64_t dropout_seed = 0, dropout_step = 0;
+  int64_t dropout_call = 0;
 };
 
 // Slice weights in standard mode, w (B, N, H, S), placed like z.

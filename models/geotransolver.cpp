@@ -192,9 +192,9 @@ std::vector<ShardTensor> GaleBlock::forward(const std::vector<ShardTensor>& xs, 
   std::vector<ShardTensor> out;
   for (size_t i = 0; i < xs.size(); ++i) {
     ShardTensor x = add(attn[i], xs[i]);
-    if (attn_dropout) x = attn_dropout->forward(x);
+    if (attn_dropout) x = attn_dropout->forward(x, noise);
     x = add(ln_mlp1_mlp.forward(ln_mlp1_norm.forward(x)), x);
-    if (ffn_dropout) x = ffn_dropout->forward(x);
+    if (ffn_dropout) x = ffn_dropout->forward(x, noise);
     out.push_back(x);
   }
   return out;
@@ -205,6 +205,7 @@ std::vector<ShardTensor> GaleBlock::forward(const std::vector<ShardTensor>& xs, 
 GeoTransolver::GeoTransolver(GeoTransolverConfig config, const ModelOptions& options)
     : context_builder(context_config(config), options.dtype), config_(std::move(config)),
       act_(activation_from_name(kModel, config_.act)), seed_(options.seed) {
+  dropout_seed = options.seed + 0x636f6e63ull;  // "conc": apart from the Gumbel draws' seeds
   const GeoTransolverConfig& c = config_;
   const DType dtype = options.dtype;
   register_module("context_builder", &context_builder);
@@ -268,10 +269,10 @@ std::vector<ModelInput> GeoTransolver::inputs() const {
     in.push_back({"geometry", "(B, N_geo, " + g + ")" + (grid.empty() ? "" : grid + g + ")"), true});
   }
   if (c.global_dim) in.push_back({"global_embedding", "(B, N_g, " + std::to_string(*c.global_dim) + ")", true});
-  in.push_back({"time", "(B,) (rejected: PhysicsNeMo's forward raises NotImplementedError)", false, false});
+  in.push_back({"time", "(B,) (rejected: PhysicsNeMo's forward raises NotImplementedError)", false});
   for (const std::string& site : gumbel_sites())
     in.push_back({"gumbel_u." + site, "(B, M, H, S) in [0, 1): plus mode's uniform draws at " + site +
-                                          " (default: ShardRT's generator)", false, false});
+                                          " (default: ShardRT's generator)", false});
   return in;
 }
 
@@ -390,6 +391,8 @@ std::vector<ShardTensor> GeoTransolver::forward(const std::map<std::string, Shar
   for (const auto& [name, t] : inputs)
     if (name.rfind("gumbel_u.", 0) == 0) draws[name] = t;
   GumbelState noise{gumbel_source ? gumbel_source : philox_gumbel(seed_), 0, &draws};
+  noise.dropout_seed = dropout_seed;
+  if (training()) noise.dropout_step = dropout_step++;
   const BuiltContext ctx = context_builder.build(pos, geometry, global, noise);
   std::vector<ShardTensor> x;
   for (size_t i = 0; i < streams; ++i) {

@@ -95,6 +95,10 @@ class GeoTransolver : public Model {
   bool return_embedding_states = false, return_point_features = false;
   // The uniform draws of plus mode's Gumbel noise (models/gale_slices.h); empty: philox_gumbel(seed).
   GumbelSource gumbel_source;
+  // Concrete dropout in training mode (Module::train): the draws of a forward are keyed by (dropout_seed, the step),
+  // and each training forward advances dropout_step, so every step draws fresh masks; a caller that resumes a run
+  // sets it to the steps already taken. Default seed: the model's seed.
+  uint64_t dropout_seed = 0, dropout_step = 0;
 
   GlobalContextBuilder context_builder;
   std::vector<std::unique_ptr<Mlp>> preprocess;

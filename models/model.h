@@ -22,7 +22,6 @@ struct ModelInput {
   std::string name;          // PhysicsNeMo's forward argument name (x; fx, embedding, time; …)
   std::string shape;         // for --help and errors, e.g. "(B, C_in, H, W)"
   bool required = true;
-  bool differentiable = true;  // a floating input whose grad a caller may ask for
 };
 
 struct ModelOptions {

@@ -62,6 +62,11 @@ NamedTensors values(const std::vector<std::pair<std::string, Tensor*>>& slots) {
 }
 }  // namespace
 
+void Module::train(bool on) {
+  training_ = on;
+  for (const Child& c : children_) c.module->train(on);
+}
+
 NamedTensors Module::named_parameters() const { return values(slots(true, false)); }
 NamedTensors Module::named_buffers() const { return values(slots(false, true)); }
 // PyTorch's state_dict interleaves per module (own params, own buffers, then children), which walk() does.

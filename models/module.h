@@ -66,6 +66,13 @@ class Module {
   // shape or dtype mismatch.
   void bind_parameters(const std::vector<Tensor>& tensors);
 
+  // Training mode, torch's module.train(on) / eval(): sets this module and every descendant. Models start in eval
+  // mode (the identity for dropout), which is how shardrt-infer and the goldens run them; shardrt-train trains in
+  // training mode. The one module that acts on it so far is GeoTransolver's ConcreteDropout.
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool training() const { return training_; }
+
   // Every descendant module with its dotted name (the state_dict prefix of its entries), depth first in
   // registration order; this module itself not included.
   NamedModules named_modules() const;
@@ -124,6 +131,7 @@ class Module {
   std::vector<Slot> params_, buffers_;
   std::vector<Child> children_;
   ForwardHooks hooks_;
+  bool training_ = false;
 };
 
 }  // namespace shardrt::models

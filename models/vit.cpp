@@ -83,7 +83,7 @@ HybridViT::HybridViT(const ViTConfig& c, const ModelOptions& options)
 }
 
 std::vector<ModelInput> HybridViT::inputs() const {
-  return {{"x", config.img_size.size() == 2 ? "(B, C_in, H, W)" : "(B, C_in, H, W, D)", true, true}};
+  return {{"x", config.img_size.size() == 2 ? "(B, C_in, H, W)" : "(B, C_in, H, W, D)", true}};
 }
 
 Placements HybridViT::input_placements(const std::string& name, const Shape& global_shape, const Mesh& mesh) const {

@@ -135,6 +135,18 @@ std::string sharding_evidence(std::size_t i, const ShardTensor& x) {
   return "";
 }
 
+// Evidence for ShardedCase::empty_rank_case: input `x` has a zero-size shard on an axis of several ranks.
+std::string empty_shard_evidence(std::size_t i, const ShardTensor& x) {
+  for (int m = 0; m < x.mesh().ndim(); ++m) {
+    if (!x.placements()[m].is_shard() || x.mesh().shape()[m] < 2) continue;
+    const auto& e = x.spec().extents(m);
+    if (std::find(e.begin(), e.end(), 0) != e.end())
+      return detail::concat("input ", i, " ", placements_str(x.placements()), " on axis '", x.mesh().axis_names()[m],
+                            "': a zero-size shard (rank without data)");
+  }
+  return "";
+}
+
 // Seeds backward on the outputs that carry grad (every rank takes the same ones: the graph is the same).
 void run_backward(const std::vector<ShardTensor>& outputs, const std::vector<Tensor>& grads) {
   std::vector<ShardTensor> roots;
@@ -269,10 +281,13 @@ ShardedCheckResult check_sharded(const Mesh& mesh, const ShardedFn& fn, const Sh
   // Sharding is active when some input is split so that every rank holds less than the whole of a dim, or is
   // made of rank-distinct parts.
   std::string sharding = mesh.size() == 1 ? "n/a on one rank" : "";
-  for (std::size_t i = 0; i < n_in && sharding.empty(); ++i) sharding = sharding_evidence(i, inputs[i]);
+  for (std::size_t i = 0; i < n_in && sharding.empty(); ++i)
+    sharding = c.empty_rank_case ? empty_shard_evidence(i, inputs[i]) : sharding_evidence(i, inputs[i]);
   const bool active = !sharding.empty();
   if (!active)
-    sharding = "INACTIVE: no input is split so that every rank holds less than a whole dim, nor Partial -> FAIL";
+    sharding = c.empty_rank_case
+                   ? "INACTIVE: an empty-rank case where no input has a zero-size shard -> FAIL"
+                   : "INACTIVE: no input is split so that every rank holds less than a whole dim, nor Partial -> FAIL";
 
   // ---- the verdict, agreed: max over ranks of (abs, rel, failed, not identical) per quantity ----
   constexpr int kFields = 4;

@@ -41,6 +41,10 @@ struct ShardedCase {
   std::vector<Tensor> params;                              // full f64 parameters, identical on every rank
   double atol = 1e-10, rtol = 1e-10;
   Device device = Device::cpu();  // where the sharded run takes place (see above)
+  // A case about a rank without data (a batch of one sample over two ddp groups, one domain rank each): the layout
+  // leaves one rank everything, so instead of sharding the check asserts that some input has a zero-size shard on
+  // an axis of several ranks.
+  bool empty_rank_case = false;
 };
 
 using ShardedFn =

@@ -97,6 +97,27 @@ std::vector<std::string> split_names(const std::string& s) {
   return out;
 }
 
+// The grad of every input that took part in the forward, whole (on every rank; rank 0 writes them): an input has
+// one when its grad is defined on some rank (the noise draws of plus mode, data to the model, have none anywhere,
+// as in PyTorch, where they are drawn inside). One all_reduce agrees on which; then each such grad is gathered by
+// every rank alike, a rank whose shard got none (a rank without a sample, an input the model left out there)
+// contributing zeros — the same collectives on every rank, whatever the graph of its own share.
+std::map<std::string, Tensor> input_grads(const Mesh& mesh, const std::map<std::string, ShardTensor>& inputs,
+                                          const std::map<std::string, Tensor>& leaves) {
+  Tensor defined = zeros({static_cast<int64_t>(leaves.size())}, {DType::f64});
+  int64_t i = 0;
+  for (const auto& [name, leaf] : leaves) defined.data<double>()[i++] = grad_of(leaf).defined() ? 1.0 : 0.0;
+  mesh.flat().all_reduce(defined, ReduceOp::max);
+  std::map<std::string, Tensor> out;
+  i = 0;
+  for (const auto& [name, leaf] : leaves) {
+    if (defined.data<double>()[i++] == 0) continue;
+    const Tensor g = grad_of(leaf).defined() ? grad_of(leaf) : zeros(leaf.shape(), {leaf.dtype(), leaf.device()});
+    out[name] = full_tensor(ShardTensor(g, inputs.at(name).spec())).detach();
+  }
+  return out;
+}
+
 std::string output_key(size_t i, size_t n) { return n == 1 ? "output" : "output." + std::to_string(i); }
 
 int run(const Args& a, const tools::MpiSession& session) {
@@ -135,7 +156,6 @@ int run(const Args& a, const tools::MpiSession& session) {
       if (!f.contains(in.name)) continue;
       Tensor t = f.get(in.name);
       if (is_floating(t.dtype())) t = t.to(dtype).clone();
-      if (want_grads && in.differentiable && is_floating(t.dtype())) set_requires_grad(t);
       on_rank0[in.name] = t;
       list += in.name + ",";
     }
@@ -151,6 +171,17 @@ int run(const Args& a, const tools::MpiSession& session) {
       return ScatterLayout{m.input_placements(name, shape, mesh), m.input_extents(name, shape, mesh)};
     });
   }
+  // With --grad-output every floating input is differentiable: each rank's shard is a leaf of its own, and its
+  // grad is gathered explicitly below (input_grads), by every rank alike whatever its share of the batch.
+  std::map<std::string, Tensor> leaves;
+  if (want_grads)
+    for (auto& [name, x] : inputs)
+      if (is_floating(x.dtype())) {
+        Tensor leaf = x.local().detach();
+        set_requires_grad(leaf);
+        leaves[name] = leaf;
+        x = ShardTensor(leaf, x.spec());
+      }
 
   // Forward; the outputs gathered (every rank takes part, rank 0 writes).
   const std::vector<ShardTensor> outs = model->forward(inputs);
@@ -182,10 +213,10 @@ int run(const Args& a, const tools::MpiSession& session) {
     // The patches summed every parameter's grad over the domain axes; the batch axes' mean is the optimizer's step,
     // which makes it the whole batch's grad here.
     reduce_batch_grads(mesh, model->parameters());
+    const std::map<std::string, Tensor> input_grad = input_grads(mesh, inputs, leaves);
     if (root) {
       std::map<std::string, Tensor> grad_file;
-      for (const auto& [name, t] : on_rank0)
-        if (requires_grad(t) && grad_of(t).defined()) grad_file["grad_input." + name] = grad_of(t);
+      for (const auto& [name, g] : input_grad) grad_file["grad_input." + name] = g;
       for (const auto& [name, p] : model->named_parameters())
         grad_file["grad." + name] = grad_of(p).defined() ? grad_of(p) : zeros(p.shape(), {p.dtype()});
       // The outputs and the grads in one file: the grad-output run's answer is complete in --output.

@@ -67,6 +67,7 @@ double validate(models::Model& model, const DarcyModelIO& io, data::DarcyLoader&
                 const std::optional<data::Normalizer>& norm, int64_t batches, int64_t panel_sample,
                 DarcyPanel* panel, Device device) {
   NoGradGuard no_grad;
+  model.eval();  // validation in eval mode (dropout off), training resumes in training mode
   val.seek(0);
   double total = 0;
   int64_t counted = 0;
@@ -376,6 +377,7 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
   while (step < total) {
     double loss_sum = 0, lr = 0;
     Tensor device_loss_sum;
+    model->train();  // training mode: GeoTransolver's concrete dropout draws its masks (models/module.h)
     if (measure) measure->begin();
     for (int64_t k = 0; k < micro; ++k) {
       data::DarcyBatch b = train->next();

@@ -31,7 +31,7 @@ struct Golden {
   std::vector<std::string> input_names;      // forward order
   std::map<std::string, Tensor> params;      // the state dict (parameters and buffers)
   std::map<std::string, Tensor> inputs;      // by forward argument name
-  std::map<std::string, Tensor> grad_inputs;  // floating inputs but time
+  std::map<std::string, Tensor> grad_inputs;  // every input but plus mode's noise draws
   std::map<std::string, Tensor> grads;       // by parameter name
   Tensor output, grad_output;
 };
@@ -139,10 +139,11 @@ inline void check_golden_serial(const Golden& g, double rtol = 1e-9) {
 // with `extents[name]`, one vector per mesh axis, for caller decompositions). Returns check_sharded's verdict.
 inline ShardedCheckResult check_model_sharded(const Mesh& mesh, const Golden& g, models::Model& model,
                                               const std::map<std::string, AxisExtents>& extents = {},
-                                              double tol = 1e-10) {
+                                              double tol = 1e-10, bool empty_rank_case = false) {
   models::Model* m = &model;
   ShardedCase c;
   c.name = g.name;
+  c.empty_rank_case = empty_rank_case;
   for (const std::string& name : g.input_names) {
     const Tensor& full = g.inputs.at(name);
     c.inputs.push_back(full);

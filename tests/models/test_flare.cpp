@@ -138,7 +138,7 @@ TEST_CASE("flare: unified_pos puts the grid buffer first (16,066 parameters); ti
   CHECK(t->num_parameters() == 12290 + 2 * (32 * 32 + 32));
   const std::vector<ModelInput> ins = t->inputs();
   REQUIRE(ins.size() == 3);
-  CHECK((ins[2].name == "time" && !ins[2].required && !ins[2].differentiable));
+  CHECK((ins[2].name == "time" && !ins[2].required));
 }
 
 TEST_CASE("flare: the computed buffers equal PhysicsNeMo's (unified grid, time frequencies)", "[models]") {

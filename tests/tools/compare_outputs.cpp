@@ -1,6 +1,7 @@
 // compare_outputs RESULT.safetensors GOLDEN.safetensors RTOL: every tensor of RESULT (what shardrt-infer wrote:
 // output, grad_input.<name>, grad.<param>) against the same key of GOLDEN, relative error max|a-b| / max|b|. Exits 0
-// when all are within RTOL and RESULT holds at least one grad when GOLDEN has grads; prints one line per key.
+// when all are within RTOL and RESULT holds every output of GOLDEN and, when it holds grads, every input grad and
+// every parameter grad GOLDEN has; prints one line per key.
 // A golden grad that is an exact zero up to round-off (max below kZeroGrad of the golden's largest grad: GeoTransolver's
 // cross_k biases, which a softmax over the keys cancels) has no meaningful relative error; the result's must then be
 // below kZeroGradResult of the largest grad instead.
@@ -33,6 +34,9 @@ int main(int argc, char** argv) {
     const SafetensorsFile got = load_safetensors(argv[1]), want = load_safetensors(argv[2]);
     const double rtol = std::atof(argv[3]);
     int bad = 0, compared = 0;
+    // A result written without --grad-output holds outputs only: then only the outputs are required.
+    bool has_grads = false;
+    for (const auto& [key, t] : got.tensors()) has_grads |= key.rfind("grad", 0) == 0;
     double largest_grad = 0;
     for (const auto& [key, t] : want.tensors())
       if (key.rfind("grad.", 0) == 0) largest_grad = std::fmax(largest_grad, max_abs(t));
@@ -65,10 +69,14 @@ int main(int argc, char** argv) {
       ++compared;
       std::printf("%-40s rel %.3e %s\n", key.c_str(), rel, ok ? "ok" : "TOO LARGE");
     }
-    // Not vacuous: every output (`output`, or `output.<i>` per stream) and every parameter grad the golden has must
-    // be there.
+    // Not vacuous: every output (`output`, or `output.<i>` per stream), every input grad and every parameter grad
+    // the golden has must be there.
+    auto required = [&](const std::string& key) {
+      return key == "output" || key.rfind("output.", 0) == 0 || (has_grads && key.rfind("grad.", 0) == 0) ||
+             (has_grads && key.rfind("grad_input.", 0) == 0);
+    };
     for (const auto& [key, t] : want.tensors())
-      if ((key == "output" || key.rfind("output.", 0) == 0 || key.rfind("grad.", 0) == 0) && !got.contains(key)) {
+      if (required(key) && !got.contains(key)) {
         std::printf("%-40s missing from the result\n", key.c_str());
         ++bad;
       }

@@ -143,8 +143,8 @@ def output_names(config):
 def make_inputs(inputs, gen):
     out = {}
     for name, shape in inputs.items():
-        if name == "time":
-            out[name] = torch.rand(shape, dtype=torch.float64, generator=gen)  # no grad: time is a condition
+        if name == "time":  # in [0, 1); it takes part in the forward, so it has a grad like every other input
+            out[name] = torch.rand(shape, dtype=torch.float64, generator=gen).requires_grad_(True)
         else:
             out[name] = torch.randn(shape, dtype=torch.float64, generator=gen).requires_grad_(True)
     return out
