@@ -98,7 +98,7 @@ def check_case(case, spec, folder, src):
            "geotransolver": physicsnemo_models.geotransolver_class}[spec["model"]]()(**kwargs).double().eval()
     sd_keys = list(net.state_dict())
     param_keys = [k for k, _ in net.named_parameters()]
-    grad_inputs = [k for k in inputs if k != "time" and not k.startswith("gumbel_u.")]
+    grad_inputs = [k for k in inputs if (k != "time" or spec.get("grad_time")) and not k.startswith("gumbel_u.")]
     outputs = sorted(k for k in t if k == "output" or k.startswith("output."))
     if geo and outputs != sorted(make_goldens.output_names(config)):
         fail(case, f"outputs {outputs} for out_dim {config['out_dim']}")
@@ -202,7 +202,7 @@ def check_case(case, spec, folder, src):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--physicsnemo-src", required=True)
+    p.add_argument("--physicsnemo-src", help="root of a checkout of NVIDIA/physicsnemo (needed for the ViT cases)")
     p.add_argument("--dir", required=True)
     p.add_argument("--cases", nargs="*", default=list(make_goldens.CASES))
     a = p.parse_args()
