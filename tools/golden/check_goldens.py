@@ -98,7 +98,7 @@ def check_case(case, spec, folder, src):
            "geotransolver": physicsnemo_models.geotransolver_class}[spec["model"]]()(**kwargs).double().eval()
     sd_keys = list(net.state_dict())
     param_keys = [k for k, _ in net.named_parameters()]
-    grad_inputs = [k for k in inputs if (k != "time" or spec.get("grad_time")) and not k.startswith("gumbel_u.")]
+    grad_inputs = [k for k in inputs if not k.startswith("gumbel_u.")]
     outputs = sorted(k for k in t if k == "output" or k.startswith("output."))
     if geo and outputs != sorted(make_goldens.output_names(config)):
         fail(case, f"outputs {outputs} for out_dim {config['out_dim']}")

@@ -53,8 +53,8 @@ CASES = {
                        config=dict(functional_dim=1, out_dim=1, embedding_dim=3, n_layers=2, n_hidden=16, n_head=2,
                                    mlp_ratio=1, slice_num=4, time_input=True, act="silu")),
     # One sample, as a simulation runs it in situ (tests/capi, tests/fortran: 1 to 3 ranks, one of them without
-    # points), and `time` differentiated too: its grad is an input grad like any other.
-    "flare_time_insitu": dict(model="flare", seed=205, grad_time=True,
+    # points).
+    "flare_time_insitu": dict(model="flare", seed=205,
                               inputs={"fx": (1, 19, 2), "embedding": (1, 19, 2), "time": (1,)},
                               config=dict(functional_dim=2, out_dim=2, embedding_dim=2, n_layers=2, n_hidden=16,
                                           n_head=2, mlp_ratio=1, slice_num=4, time_input=True, act="gelu")),
@@ -146,12 +146,11 @@ def output_names(config):
     return [f"output.{i}" for i in range(len(config["out_dim"]))] if isinstance(config["out_dim"], list) else ["output"]
 
 
-def make_inputs(inputs, gen, grad_time=False):
+def make_inputs(inputs, gen):
     out = {}
     for name, shape in inputs.items():
-        if name == "time":
-            # A condition, without a grad, unless the case asks for one (grad_time).
-            out[name] = torch.rand(shape, dtype=torch.float64, generator=gen).requires_grad_(grad_time)
+        if name == "time":  # in [0, 1); it takes part in the forward, so it has a grad like every other input
+            out[name] = torch.rand(shape, dtype=torch.float64, generator=gen).requires_grad_(True)
         else:
             out[name] = torch.randn(shape, dtype=torch.float64, generator=gen).requires_grad_(True)
     return out
@@ -189,8 +188,7 @@ def make_case(case, spec, out_dir):
     n_params, n_keys = check_counts(case, spec, net)
 
     geo = spec["model"] == "geotransolver"
-    inputs = (geotransolver_cases.make_inputs(spec["inputs"], gen) if geo
-              else make_inputs(spec["inputs"], gen, spec.get("grad_time", False)))
+    inputs = geotransolver_cases.make_inputs(spec["inputs"], gen) if geo else make_inputs(spec["inputs"], gen)
     bq_note = geotransolver_cases.ball_query_margins(case, spec["config"], inputs) if geo else ""
     noise = {}
     with contextlib.ExitStack() as stack:
