@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "autograd/tape.h"
+#include "models/cos_sin.h"
 #include "runtime/errors.h"
 
 namespace shardrt::models {
@@ -94,23 +95,9 @@ TimeEmbedding::TimeEmbedding(int64_t c, DType dtype) : channels(c) {
 }
 
 ShardTensor TimeEmbedding::forward(const ShardTensor& t) const {
-  const int64_t half = channels / 2;
-  Tensor features;
-  {
-    NoGradGuard no_grad;
-    const std::vector<double> tv = t.local().to(DType::f64).to_vector(), fv = freqs.to(DType::f64).to_vector();
-    const int64_t b = static_cast<int64_t>(tv.size());
-    std::vector<double> out(static_cast<size_t>(b * channels));
-    for (int64_t i = 0; i < b; ++i)
-      for (int64_t k = 0; k < half; ++k) {
-        const double a = tv[i] * fv[k];
-        out[i * channels + k] = std::cos(a);
-        out[i * channels + half + k] = std::sin(a);
-      }
-    features = from_vector(out, {b, channels}, {freqs.dtype()}).to(t.device());
-  }
+  const Tensor f = freqs.dtype() == t.dtype() ? freqs : shardrt::to_dtype(freqs, t.dtype());
   // (B,) -> (B, channels): the batch dim keeps t's placement and extents; the channels are whole.
-  return from_local(features, t.mesh(), t.placements(), t.spec().all_extents());
+  return from_local(cos_sin_embedding(t.local(), f), t.mesh(), t.placements(), t.spec().all_extents());
 }
 
 TransolverShell::TransolverShell(std::string kind, TransolverConfig config, const ModelOptions& options)

@@ -66,8 +66,10 @@ Tensor unified_position_grid(int64_t hs, int64_t ws, int64_t ref, DType dtype);
 class TimeEmbedding : public Module {
  public:
   TimeEmbedding(int64_t channels, DType dtype);
-  // t (B,) -> (B, channels), placed like t on the batch axes and replicated elsewhere. Time gets no grad in
-  // PhysicsNeMo's use (and there is no sin/cos op), so the features are data: computed from the local t.
+  // t (B,) -> (B, channels), placed like t on the batch axes and replicated elsewhere: the local op
+  // cos_sin_embedding (models/cos_sin.h) on this rank's samples, so t gets its grad (as in PyTorch) with no
+  // collective: t is replicated over the domain, and the features' grad arrives complete (the add that broadcasts
+  // them over the sharded points sums it there).
   ShardTensor forward(const ShardTensor& t) const;
 
   int64_t channels;
