@@ -36,8 +36,9 @@ shardrt_status create_context(shardrt_context* out, const std::function<MPI_Comm
   return entry(fn, [&] {
     require(out, fn, "out");
     out->id = 0;
-    SHARDRT_CHECK((flags & ~(SHARDRT_AGREE_ERRORS | SHARDRT_FORBID_COPIES)) == 0, ValueError, fn, ": flags ", flags,
-                  " hold bits other than SHARDRT_AGREE_ERRORS (1) and SHARDRT_FORBID_COPIES (2)");
+    SHARDRT_CHECK((flags & ~(SHARDRT_AGREE_ERRORS | SHARDRT_FORBID_COPIES | SHARDRT_CHECKED)) == 0, ValueError, fn,
+                  ": flags ", flags, " hold bits other than SHARDRT_AGREE_ERRORS (1), SHARDRT_FORBID_COPIES (2) and ",
+                  "SHARDRT_CHECKED (4)");
     auto ctx = std::make_shared<Context>();
     ctx->flags = flags;
     ensure_mpi(*ctx);
@@ -73,6 +74,7 @@ shardrt_status create_mesh(shardrt_mesh* out, shardrt_context c, const std::func
       // A C caller gets failures as statuses: a collective that times out throws CommError instead of aborting.
       opts.failure = FailurePolicy::throw_error;
       opts.ledger = std::make_shared<CommLedger>();
+      opts.check_collectives = (ctx->flags & SHARDRT_CHECKED) != 0;  // SHARDRT_COMM_CHECK overrides it
       opts.cuda_device = device == SHARDRT_DEVICE_AUTO  ? CommOptions::bind_by_local_rank
                          : device == SHARDRT_DEVICE_CPU ? CommOptions::no_gpu
                                                         : device;

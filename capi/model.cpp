@@ -38,6 +38,29 @@ std::optional<std::pair<std::string, std::string>> physicsnemo_class(const std::
   return std::nullopt;
 }
 
+// The tensor of `tensors` keyed `name`; ValueError naming a few of the keys otherwise.
+Tensor named_tensor(const models::NamedTensors& tensors, const std::string& name, const ModelObj& m, const char* fn) {
+  std::string some;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].first == name) return tensors[i].second;
+    if (i < 4) some += (i ? ", " : "") + tensors[i].first;
+  }
+  throw ValueError(detail::concat(fn, ": ", m.kind, " has no parameter '", name, "' (its ", tensors.size(),
+                                  " keys are PhysicsNeMo's state_dict keys: ", some, ", ...)"));
+}
+
+// `value` (a parameter or its grad) into the caller's tensor `dst` of the same shape.
+void copy_named(TensorObj& dst, const Tensor& value, const char* fn, const std::string& name) {
+  SHARDRT_CHECK(dst.view.shape() == value.shape(), ShapeError, fn, ": '", name, "' is ", shape_str(value.shape()),
+                " but dst is ", dst.view.str());
+  SHARDRT_CHECK(is_floating(dst.view.dtype()), DTypeError, fn, ": dst ", dst.view.str(), " is not floating");
+  if (dst.view.dtype() != value.dtype())
+    dst.note_copy(fn, std::string("converting ") + dtype_name(value.dtype()) + " '" + name + "' to " +
+                          dtype_name(dst.view.dtype()),
+                  static_cast<int64_t>(value.nbytes()));
+  dst.view.copy_(value);
+}
+
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -55,6 +78,7 @@ std::vector<ShardTensor> run_forward(ModelObj& m, const char* fn, bool record, b
   for (const auto& [name, s] : m.inputs) {
     const bool floating = is_floating(s->tensor->view.dtype());
     Tensor local = s->read(fn, floating ? m.dtype : s->tensor->view.dtype());
+    s->check_replicated(fn, "input '" + name + "'", local);
     if (record && input_grads && floating) {
       local = local.detach();
       set_requires_grad(local);
@@ -176,6 +200,7 @@ shardrt_status shardrt_model_backward(shardrt_model model, shardrt_sharded grad_
         throw state_error(fn, "no graph to run backward through; call shardrt_model_forward with record_grad = 1");
       const ShardTensor& out = m->outputs.at(0);
       const ShardTensor given(g->read(fn, m->dtype), *g->spec);
+      g->check_replicated(fn, "grad_output", given.local());
       SHARDRT_CHECK(given.global_shape() == out.global_shape(), ShapeError, fn, ": grad_output is global ",
                     shape_str(given.global_shape()), " but the output is global ", shape_str(out.global_shape()));
       ShardTensor grad = given;
@@ -222,6 +247,35 @@ shardrt_status shardrt_model_zero_grad(shardrt_model model) {
       const Tensor g = grad_of(p);
       if (g.defined()) g.zero_();
     }
+  });
+}
+
+shardrt_status shardrt_model_parameter(shardrt_model model, const char* name, shardrt_tensor dst) {
+  const char* fn = "shardrt_model_parameter";
+  return entry(fn, [&] {
+    auto m = models_table().get(model.id, "model");
+    auto t = tensors().get(dst.id, "dst");
+    require(name, fn, "name");
+    copy_named(*t, named_tensor(m->model->state_dict(), name, *m, fn).detach(), fn, name);
+  });
+}
+
+shardrt_status shardrt_model_parameter_grad(shardrt_model model, const char* name, shardrt_tensor dst) {
+  const char* fn = "shardrt_model_parameter_grad";
+  return entry(fn, [&] {
+    auto m = models_table().get(model.id, "model");
+    auto t = tensors().get(dst.id, "dst");
+    require(name, fn, "name");
+    if (m->has_optimizer)
+      throw state_error(fn, "the model has an optimizer, which keeps the grads in its own arena; read them "
+                            "before creating it");
+    const Tensor p = named_tensor(m->model->named_parameters(), name, *m, fn);
+    Tensor g = grad_of(p);
+    if (!g.defined()) {
+      g = Tensor::empty(p.shape(), p.dtype(), p.device());
+      g.zero_();
+    }
+    copy_named(*t, g, fn, name);
   });
 }
 

@@ -63,6 +63,10 @@ struct ShardedObj {
   Tensor read(const char* fn, DType dtype);
   // Writes `local` (model_local_shape, any dtype) into the caller's memory.
   void write(const char* fn, const Tensor& local);
+  // In checked mode, when this tensor is replicated over the domain group (every rank declared the whole sample
+  // box): one all-gather of a digest of `values` (this rank's copy, as read) over the mesh, and a ValueError on
+  // every rank naming `what` and the ranks of the first domain group whose copies differ. Collective.
+  void check_replicated(const char* fn, const std::string& what, const Tensor& values) const;
 };
 
 struct ModelObj {

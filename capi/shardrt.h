@@ -114,6 +114,11 @@ typedef enum shardrt_layout {
 /* Context flags (shardrt_context_create's `flags`, or-ed). */
 #define SHARDRT_AGREE_ERRORS 1  /* collective calls agree on their status on every rank (see Conventions) */
 #define SHARDRT_FORBID_COPIES 2 /* SHARDRT_COPY_DEFAULT means SHARDRT_COPY_FORBID */
+/* Checked mode: the ranks agree on the signature of every collective of the context's meshes before it runs (a
+ * mismatch is SHARDRT_ERR_COMM instead of garbage), and the replicated inputs of every forward, backward and
+ * train_step are checked equal over their domain group (a mismatch is SHARDRT_ERR_VALUE naming the ranks). The
+ * environment variable SHARDRT_COMM_CHECK=1 turns it on (=0 off) for every context, without a rebuild. */
+#define SHARDRT_CHECKED 4
 
 /* ---- context ------------------------------------------------------------------------------------------------ */
 
@@ -183,7 +188,11 @@ shardrt_status shardrt_tensor_copies(shardrt_tensor t, int64_t* count, int64_t* 
  *     differs between ranks.
  * The model sees the tensor as it is, split along at most one dim (slabs of a structured grid, a point set split
  * into contiguous ranges): the ranks' boxes in domain-rank order along it (offsets must increase with the domain
- * index). No split dim: replicated over the domain group (every rank holds the whole sample, e.g. a time value).
+ * index).
+ * Replicated: when every rank of the domain group states the whole sample box (offsets 0 and the global extents
+ * in dims 1..; e.g. FLARE's time (B,), the ViT's class output (B, num_classes)), the tensor is replicated over the
+ * domain group: every rank holds a copy. An input declared so must hold the same values on every rank of the group
+ * (checked in checked mode, SHARDRT_CHECKED); an output or input grad declared so is written whole on every rank.
  * Halo cells of the code's arrays are skipped by wrapping only the interior: point `data` at the first interior
  * element and pass the strides of the whole array (with its halos) to shardrt_tensor_wrap; no copy is made. */
 shardrt_status shardrt_sharded_create(shardrt_sharded* out, shardrt_mesh mesh, shardrt_tensor local, int ndim,
@@ -238,6 +247,15 @@ shardrt_status shardrt_model_backward(shardrt_model model, shardrt_sharded grad_
 shardrt_status shardrt_model_input_grad(shardrt_model model, const char* name, shardrt_sharded grad);
 /* Zeroes every parameter grad. */
 shardrt_status shardrt_model_zero_grad(shardrt_model model);
+/* Copies parameter or buffer `name` (its PhysicsNeMo state_dict key, e.g. "blocks.0.Attn.q_global") into `dst`, a
+ * tensor of its shape (another floating dtype than the model's is a conversion, counted under dst's copy policy).
+ * Parameters are whole on every rank. Not collective. */
+shardrt_status shardrt_model_parameter(shardrt_model model, const char* name, shardrt_tensor dst);
+/* The same for the grad of parameter `name` accumulated by shardrt_model_backward: whole on every rank, summed over
+ * the domain group (over ddp it is summed by the optimizer step, not here); zero when no backward reached it. Only
+ * while no optimizer is attached (an optimizer keeps the grads in its own arena and zeroes them at each step):
+ * SHARDRT_ERR_STATE otherwise. Not collective. */
+shardrt_status shardrt_model_parameter_grad(shardrt_model model, const char* name, shardrt_tensor dst);
 /* Writes the model's parameters and buffers, keyed as PhysicsNeMo's state_dict, to `path` by its extension: .mdlus
  * (PhysicsNeMo's Module.from_checkpoint reads it), .safetensors or .pt. Collective: the parameters are whole on
  * every rank; mesh rank 0 writes (atomically: temporary file, fsync, rename). */

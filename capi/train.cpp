@@ -134,6 +134,7 @@ shardrt_status shardrt_train_step(shardrt_optimizer opt, shardrt_sharded target,
       const std::vector<ShardTensor> outs = run_forward(m, fn, /*record=*/true, /*input_grads=*/false);
       const ShardTensor& pred = outs.at(0);
       ShardTensor tgt(t->read(fn, m.dtype), *t->spec);
+      t->check_replicated(fn, "target", tgt.local());
       SHARDRT_CHECK(tgt.global_shape() == pred.global_shape(), ShapeError, fn, ": the target is global ",
                     shape_str(tgt.global_shape()), " but the output is global ", shape_str(pred.global_shape()));
       if (tgt.spec() != pred.spec()) {
