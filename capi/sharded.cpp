@@ -78,7 +78,7 @@ void ShardedObj::check_replicated(const char* fn, const std::string& what, const
     for (size_t k = 0; k < holders.size(); ++k)
       groups += std::string(k ? "; " : "") + (holders[k].find(',') == std::string::npos ? "rank " : "ranks ") +
                 holders[k];
-    throw ValueError(detail::concat(fn, ": the replicated ", what, " ", spec->str(), " holds ", values_seen.size(),
+    throw ValueError(detail::concat(fn, ": the replicated ", what, " (global ", shape_str(spec->global_shape()), ") holds ", values_seen.size(),
                                     " different values on the ranks of domain group ", g, " (", groups,
                                     "); a tensor that every rank declares whole must hold the same values on "
                                     "every rank of its domain group (checked mode)"));
@@ -97,13 +97,15 @@ shardrt_status create_sharded(shardrt_sharded* out, shardrt_mesh mesh, shardrt_t
   return entry(fn, [&] {
     require(out, fn, "out");
     out->id = 0;
-    auto m = meshes().get(mesh.id, "mesh");
-    auto t = tensors().get(local.id, "local");
-    const Tensor& v = t->view;
-    // This rank's own statement, agreed on every rank before the gather (a rank with a bad box must not leave the
-    // others waiting in it).
+    auto m = open_handle(meshes(), mesh.id, "mesh", fn);
+    // This rank's own statement is checked in the call's start agreement, before the gather (a rank with a bad box
+    // must not leave the others waiting in it).
+    std::shared_ptr<TensorObj> t;
     Box mine;
-    collective(m->agree_comm, true, fn, [&] {
+    auto s = std::make_shared<ShardedObj>();
+    m->run(points ? CallId::sharded_create_points : CallId::sharded_create, fn, [&](Signature& sig) {
+      t = open_handle(tensors(), local.id, "local", fn);
+      const Tensor& v = t->view;
       require(global_shape, fn, "global_shape");
       require(offsets, fn, "offsets");
       SHARDRT_CHECK(ndim == v.dim(), ShapeError, fn, ": ndim ", ndim, " but the local tensor ", v.str(), " has ",
@@ -125,9 +127,10 @@ shardrt_status create_sharded(shardrt_sharded* out, shardrt_mesh mesh, shardrt_t
                       ") of the local tensor ", v.str(), " lies outside the global shape ",
                       Box::list(global_shape, 0, ndim), " (offsets ", Box::list(offsets, 0, ndim), ")");
       }
-    });
-    auto s = std::make_shared<ShardedObj>();
-    collective(m->agree_comm, m->ctx->agree_errors(), fn, [&] {
+      sig.number("ndim", ndim, SHARDRT_ERR_SHAPE);
+      sig.text("global_shape", Box::list(global_shape, 0, ndim), SHARDRT_ERR_SHAPE);
+    }, [&] {
+      const Tensor& v = t->view;
       const Mesh& mh = *m->mesh;
       Tensor rec = Tensor::empty({kRecord}, DType::i64);
       int64_t* r = rec.data<int64_t>();
@@ -200,7 +203,7 @@ shardrt_status shardrt_sharded_destroy(shardrt_sharded s) {
 shardrt_status shardrt_sharded_global_shape(shardrt_sharded s, int* ndim, int64_t* shape, int cap) {
   const char* fn = "shardrt_sharded_global_shape";
   return entry(fn, [&] {
-    auto obj = shardeds().get(s.id, "sharded");
+    auto obj = open_handle(shardeds(), s.id, "sharded", fn);
     require(ndim, fn, "ndim");
     if (cap > 0) require(shape, fn, "shape");
     const Shape& g = obj->spec->global_shape();
@@ -212,7 +215,7 @@ shardrt_status shardrt_sharded_global_shape(shardrt_sharded s, int* ndim, int64_
 shardrt_status shardrt_sharded_is_copy(shardrt_sharded s, int* copied) {
   const char* fn = "shardrt_sharded_is_copy";
   return entry(fn, [&] {
-    auto obj = shardeds().get(s.id, "sharded");
+    auto obj = open_handle(shardeds(), s.id, "sharded", fn);
     require(copied, fn, "copied");
     *copied = obj->needs_copy ? 1 : 0;
   });
