@@ -12,7 +12,8 @@
 #              environment at all but PATH (env -i; OpenMPI finds its own helper programs through it): on one rank
 #              as plain programs, on two under mpiexec with only OpenMPI's run-as-root permission added. The loader
 #              must find libshardrt and libshardrt_fortran in the prefix (RUNPATH: the .pc files' rpath, and
-#              $ORIGIN in libshardrt_fortran.so).
+#              $ORIGIN in libshardrt_fortran.so); the soname is libshardrt.so.0 and shardrt.pc requires MPI's C
+#              library only.
 # No consumer gets LD_LIBRARY_PATH: the scratch prefix is not on the loader's path, so every program finds the
 # installed libraries through its runpath, as a program built against any prefix must.
 # Usage: check-install.sh <build dir> <source dir> <pkgconfig|cmake|meson|prefix>
@@ -89,6 +90,13 @@ prefix)
   # --as-needed, has no rpath to lend it).
   readelf -d "$libdir/libshardrt_fortran.so" | grep -q 'RUNPATH.*\[\$ORIGIN\]' ||
     { echo "check-install: libshardrt_fortran.so has no \$ORIGIN runpath"; readelf -d "$libdir/libshardrt_fortran.so"; exit 1; }
+  # A versioned soname, and MPI's C library as the only MPI of shardrt.pc (not its C++ bindings).
+  readelf -d "$libshardrt" | grep -q 'SONAME.*\[libshardrt\.so\.0\]' ||
+    { echo "check-install: libshardrt.so's soname is not libshardrt.so.0"; readelf -d "$libshardrt"; exit 1; }
+  if ! grep -q '^Requires: mpi-c$' "$libdir/pkgconfig/shardrt.pc" || grep -q 'mpi-cxx\|ompi-cxx' "$libdir/pkgconfig/shardrt.pc"; then
+    echo "check-install: shardrt.pc must require MPI's C library (mpi-c) only:"; cat "$libdir/pkgconfig/shardrt.pc"
+    exit 1
+  fi
   mkdir -p "$work/prefix"
   # --as-needed: heat_blocks calls the Fortran module only, so it does not link libshardrt.so itself, and the
   # loader must find that through libshardrt_fortran.so's own runpath.
