@@ -20,8 +20,9 @@ void ensure_mpi(Context& ctx) {
   int initialised = 0, finalised = 0;
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalised);
-  SHARDRT_CHECK(!finalised, ValueError,
-                "MPI is already finalized: create ShardRT contexts between MPI_Init and MPI_Finalize");
+  if (finalised)
+    throw CapiError{SHARDRT_ERR_STATE, "MPI is already finalized: create ShardRT contexts between MPI_Init and "
+                                       "MPI_Finalize"};
   if (initialised) return;
   int provided = 0;
   SHARDRT_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) == MPI_SUCCESS, CommError,
@@ -36,14 +37,20 @@ shardrt_status create_context(shardrt_context* out, const std::function<MPI_Comm
   return entry(fn, [&] {
     require(out, fn, "out");
     out->id = 0;
-    SHARDRT_CHECK((flags & ~(SHARDRT_AGREE_ERRORS | SHARDRT_FORBID_COPIES)) == 0, ValueError, fn, ": flags ", flags,
-                  " hold bits other than SHARDRT_AGREE_ERRORS (1) and SHARDRT_FORBID_COPIES (2)");
     auto ctx = std::make_shared<Context>();
     ctx->flags = flags;
     ensure_mpi(*ctx);
     const MPI_Comm comm = comm_of();
     SHARDRT_CHECK(comm != MPI_COMM_NULL, ValueError, fn, ": the communicator is MPI_COMM_NULL");
-    SHARDRT_CHECK(MPI_Comm_dup(comm, &ctx->comm) == MPI_SUCCESS, CommError, fn, ": MPI_Comm_dup failed");
+    ctx->agreement = std::make_unique<Agreement>(comm, "C API context");
+    // The flags are agreed too: a rank without SHARDRT_AGREE_ERRORS would skip the outcome agreements the others
+    // wait in.
+    ctx->agreement->run(CallId::context_create, fn, (flags & SHARDRT_AGREE_ERRORS) != 0, [&](Signature& sig) {
+      SHARDRT_CHECK((flags & ~(SHARDRT_AGREE_ERRORS | SHARDRT_FORBID_COPIES | SHARDRT_CHECKED)) == 0, ValueError, fn,
+                    ": flags ", flags, " hold bits other than SHARDRT_AGREE_ERRORS (1), SHARDRT_FORBID_COPIES (2) ",
+                    "and SHARDRT_CHECKED (4)");
+      sig.number("flags", flags);
+    }, [] {});
     out->id = contexts().add(std::move(ctx));
   });
 }
@@ -54,25 +61,27 @@ shardrt_status create_mesh(shardrt_mesh* out, shardrt_context c, const std::func
   return entry(fn, [&] {
     require(out, fn, "out");
     out->id = 0;
-    auto ctx = contexts().get(c.id, "ctx");
+    auto ctx = open_handle(contexts(), c.id, "ctx", fn);
     const MPI_Comm comm = comm_of();
     SHARDRT_CHECK(comm != MPI_COMM_NULL, ValueError, fn, ": the communicator is MPI_COMM_NULL");
     auto m = std::make_shared<MeshObj>();
     m->ctx = ctx;
-    SHARDRT_CHECK(MPI_Comm_dup(comm, &m->agree_comm) == MPI_SUCCESS, CommError, fn, ": MPI_Comm_dup failed");
-    collective(m->agree_comm, ctx->agree_errors(), fn, [&] {
-      int size = 0;
-      MPI_Comm_size(comm, &size);
+    m->agreement = std::make_unique<Agreement>(comm, "C API mesh");
+    m->run(CallId::mesh_create, fn, [&](Signature& sig) {
       SHARDRT_CHECK(domain >= 1, ValueError, fn, ": domain ", domain, " must be >= 1");
       SHARDRT_CHECK(ddp >= 1 || ddp == -1, ValueError, fn, ": ddp ", ddp, " must be >= 1, or -1 to infer it");
       SHARDRT_CHECK(device >= SHARDRT_DEVICE_AUTO, ValueError, fn, ": device ", device,
                     " must be SHARDRT_DEVICE_AUTO (-2), SHARDRT_DEVICE_CPU (-1) or a GPU index");
       SHARDRT_CHECK(device < cuda_device_count(), DeviceError, fn, ": device cuda:", device, " is not usable here (",
                     cuda_device_count(), " CUDA devices visible)");
+      sig.number("ddp", ddp);
+      sig.number("domain", domain);
+    }, [&] {
       CommOptions opts;
       // A C caller gets failures as statuses: a collective that times out throws CommError instead of aborting.
       opts.failure = FailurePolicy::throw_error;
       opts.ledger = std::make_shared<CommLedger>();
+      opts.check_collectives = (ctx->flags & SHARDRT_CHECKED) != 0;  // SHARDRT_COMM_CHECK overrides it
       opts.cuda_device = device == SHARDRT_DEVICE_AUTO  ? CommOptions::bind_by_local_rank
                          : device == SHARDRT_DEVICE_CPU ? CommOptions::no_gpu
                                                         : device;
@@ -87,19 +96,15 @@ shardrt_status create_mesh(shardrt_mesh* out, shardrt_context c, const std::func
 }  // namespace
 
 Context::~Context() {
-  int finalised = 0;
-  MPI_Finalized(&finalised);
-  if (comm != MPI_COMM_NULL && !finalised) MPI_Comm_free(&comm);
+  agreement.reset();  // its communicator, before MPI may be finalized below
   if (!initialised_mpi) return;
   std::lock_guard<std::mutex> lock(mpi_owner_mu);
   if (--mpi_owning_contexts == 0) finalize_mpi();
 }
 
 MeshObj::~MeshObj() {
-  mesh.reset();  // its communicators first, while MPI is certainly up
-  int finalised = 0;
-  MPI_Finalized(&finalised);
-  if (agree_comm != MPI_COMM_NULL && !finalised) MPI_Comm_free(&agree_comm);
+  mesh.reset();  // its communicators first, while MPI is certainly up (each frees its own only while it is)
+  agreement.reset();
 }
 
 }  // namespace shardrt::capi
@@ -119,13 +124,16 @@ shardrt_status shardrt_context_create_f(shardrt_context* out, MPI_Fint comm, int
 }
 
 shardrt_status shardrt_context_destroy(shardrt_context ctx) {
-  return entry("shardrt_context_destroy", [&] { contexts().remove(ctx.id, "ctx"); });
+  return entry("shardrt_context_destroy", [&] {
+    contexts().get(ctx.id, "ctx")->closed = true;  // what was made from it refuses further calls
+    contexts().remove(ctx.id, "ctx");
+  });
 }
 
 shardrt_status shardrt_context_copies(shardrt_context c, int64_t* count, int64_t* bytes) {
   const char* fn = "shardrt_context_copies";
   return entry(fn, [&] {
-    auto ctx = contexts().get(c.id, "ctx");
+    auto ctx = open_handle(contexts(), c.id, "ctx", fn);
     if (count) *count = ctx->copies.load();
     if (bytes) *bytes = ctx->copy_bytes.load();
   });
@@ -148,7 +156,7 @@ shardrt_status shardrt_mesh_destroy(shardrt_mesh mesh) {
 shardrt_status shardrt_mesh_info(shardrt_mesh mesh, int* ddp_size, int* domain_size, int* ddp_index,
                                  int* domain_index) {
   return entry("shardrt_mesh_info", [&] {
-    auto m = meshes().get(mesh.id, "mesh");
+    auto m = open_handle(meshes(), mesh.id, "mesh", "shardrt_mesh_info");
     if (ddp_size) *ddp_size = m->ddp;
     if (domain_size) *domain_size = m->domain;
     if (ddp_index) *ddp_index = m->mesh->coord("ddp");
@@ -158,7 +166,7 @@ shardrt_status shardrt_mesh_info(shardrt_mesh mesh, int* ddp_size, int* domain_s
 
 shardrt_status shardrt_mesh_comm_counts(shardrt_mesh mesh, const char* kind, int64_t* calls, int64_t* bytes_sent) {
   return entry("shardrt_mesh_comm_counts", [&] {
-    auto m = meshes().get(mesh.id, "mesh");
+    auto m = open_handle(meshes(), mesh.id, "mesh", "shardrt_mesh_comm_counts");
     int64_t c = 0, b = 0;
     for (const LedgerEntry& e : m->mesh->flat().ledger().entries())
       if (!kind || e.kind == kind) c += e.calls, b += e.bytes_sent;
@@ -169,7 +177,7 @@ shardrt_status shardrt_mesh_comm_counts(shardrt_mesh mesh, const char* kind, int
 
 shardrt_status shardrt_mesh_comm_reset(shardrt_mesh mesh) {
   return entry("shardrt_mesh_comm_reset", [&] {
-    auto m = meshes().get(mesh.id, "mesh");
+    auto m = open_handle(meshes(), mesh.id, "mesh", "shardrt_mesh_comm_reset");
     m->mesh->set_ledger(std::make_shared<CommLedger>());
   });
 }

@@ -38,6 +38,40 @@ std::optional<std::pair<std::string, std::string>> physicsnemo_class(const std::
   return std::nullopt;
 }
 
+// The tensor of `tensors` keyed `name`; ValueError naming a few of the keys otherwise.
+Tensor named_tensor(const models::NamedTensors& tensors, const std::string& name, const ModelObj& m, const char* fn) {
+  std::string some;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].first == name) return tensors[i].second;
+    if (i < 4) some += (i ? ", " : "") + tensors[i].first;
+  }
+  throw ValueError(detail::concat(fn, ": ", m.kind, " has no parameter '", name, "' (its ", tensors.size(),
+                                  " keys are PhysicsNeMo's state_dict keys: ", some, ", ...)"));
+}
+
+// `value` (a parameter or its grad) into the caller's tensor `dst` of the same shape.
+void copy_named(TensorObj& dst, const Tensor& value, const char* fn, const std::string& name) {
+  SHARDRT_CHECK(dst.view.shape() == value.shape(), ShapeError, fn, ": '", name, "' is ", shape_str(value.shape()),
+                " but dst is ", dst.view.str());
+  SHARDRT_CHECK(is_floating(dst.view.dtype()), DTypeError, fn, ": dst ", dst.view.str(), " is not floating");
+  if (dst.view.dtype() != value.dtype())
+    dst.note_copy(fn, std::string("converting ") + dtype_name(value.dtype()) + " '" + name + "' to " +
+                          dtype_name(dst.view.dtype()),
+                  static_cast<int64_t>(value.nbytes()));
+  dst.view.copy_(value);
+}
+
+// A digest of every parameter and buffer (keys and bytes): two ranks with other weights differ in it.
+int64_t state_digest(const models::Module& model) {
+  uint64_t h = 0;
+  for (const auto& [key, t] : model.state_dict()) {
+    const Tensor host = t.detach().to(Device::cpu()).contiguous();
+    h = h * 1000003u ^ static_cast<uint64_t>(digest(key.data(), key.size()));
+    h = h * 1000003u ^ static_cast<uint64_t>(digest(host.raw_data(), host.nbytes()));
+  }
+  return static_cast<int64_t>(h);
+}
+
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -55,6 +89,7 @@ std::vector<ShardTensor> run_forward(ModelObj& m, const char* fn, bool record, b
   for (const auto& [name, s] : m.inputs) {
     const bool floating = is_floating(s->tensor->view.dtype());
     Tensor local = s->read(fn, floating ? m.dtype : s->tensor->view.dtype());
+    s->check_replicated(fn, "input '" + name + "'", local);
     if (record && input_grads && floating) {
       local = local.detach();
       set_requires_grad(local);
@@ -65,6 +100,13 @@ std::vector<ShardTensor> run_forward(ModelObj& m, const char* fn, bool record, b
   if (record) return m.model->forward(in);
   NoGradGuard no_grad;
   return m.model->forward(in);
+}
+
+// "embedding [2, 13, 2]; fx [2, 13, 3]": the names and global shapes of the bound inputs, for the signature.
+std::string bound_inputs(const ModelObj& m) {
+  std::string s;
+  for (const auto& [name, in] : m.inputs) s += (s.empty() ? "" : "; ") + name + " " + shape_str(in->spec->global_shape());
+  return s.empty() ? "none" : s;
 }
 
 }  // namespace shardrt::capi
@@ -80,9 +122,11 @@ shardrt_status shardrt_model_create(shardrt_model* out, shardrt_mesh mesh, const
   return entry(fn, [&] {
     require(out, fn, "out");
     out->id = 0;
-    auto mh = meshes().get(mesh.id, "mesh");
+    auto mh = open_handle(meshes(), mesh.id, "mesh", fn);
     auto m = std::make_shared<ModelObj>();
-    collective(mh->agree_comm, mh->ctx->agree_errors(), fn, [&] {
+    // Building and loading are local: the whole model is made in the prepare step, and its digest is part of the
+    // signature the ranks agree on (a rank that read another weights file would compute silently otherwise).
+    mh->run(CallId::model_create, fn, [&](Signature& sig) {
       require(kind, fn, "kind");
       const DType dt = to_dtype(dtype, fn);
       SHARDRT_CHECK(dt == DType::f32 || dt == DType::f64, DTypeError, fn, ": dtype ", dtype_name(dt),
@@ -92,7 +136,8 @@ shardrt_status shardrt_model_create(shardrt_model* out, shardrt_mesh mesh, const
       m->dtype = dt;
       m->config = read_json_argument(config, fn, "config");
       m->model = models::build_model(m->kind, m->config, {dt, seed});
-      if (weights && *weights) {
+      const bool loaded = weights && *weights;
+      if (loaded) {
         LoadedWeights w = load_weights(weights);
         if (!w.model_name.empty()) {
           const auto cls = physicsnemo_class(m->kind);
@@ -102,7 +147,14 @@ shardrt_status shardrt_model_create(shardrt_model* out, shardrt_mesh mesh, const
         m->model->load_state_dict(w.tensors, /*strict=*/true, weights);
         m->mdlus_args = w.args;
       }
-    });
+      sig.text("kind", m->kind);
+      sig.json("config", m->config);
+      sig.value("dtype", dtype, dtype_name(dt), SHARDRT_ERR_DTYPE);
+      if (!loaded) sig.number("seed", static_cast<int64_t>(seed));  // loaded weights override the initialisation
+      const int64_t d = state_digest(*m->model);
+      sig.value("weights", d, loaded ? detail::concat("'", weights, "' (parameters digest ", d, ")")
+                                     : detail::concat("none: seed ", seed, " (parameters digest ", d, ")"));
+    }, [] {});
     out->id = models_table().add(std::move(m));
   });
 }
@@ -114,7 +166,7 @@ shardrt_status shardrt_model_destroy(shardrt_model model) {
 shardrt_status shardrt_model_num_parameters(shardrt_model model, int64_t* count) {
   const char* fn = "shardrt_model_num_parameters";
   return entry(fn, [&] {
-    auto m = models_table().get(model.id, "model");
+    auto m = open_handle(models_table(), model.id, "model", fn);
     require(count, fn, "count");
     *count = m->model->num_parameters();
   });
@@ -123,8 +175,8 @@ shardrt_status shardrt_model_num_parameters(shardrt_model model, int64_t* count)
 shardrt_status shardrt_model_set_input(shardrt_model model, const char* name, shardrt_sharded input) {
   const char* fn = "shardrt_model_set_input";
   return entry(fn, [&] {
-    auto m = models_table().get(model.id, "model");
-    auto s = shardeds().get(input.id, "input");
+    auto m = open_handle(models_table(), model.id, "model", fn);
+    auto s = open_handle(shardeds(), input.id, "input", fn);
     require(name, fn, "name");
     std::string known;
     bool found = false;
@@ -139,8 +191,9 @@ shardrt_status shardrt_model_set_input(shardrt_model model, const char* name, sh
 }
 
 shardrt_status shardrt_model_clear_inputs(shardrt_model model) {
-  return entry("shardrt_model_clear_inputs", [&] {
-    auto m = models_table().get(model.id, "model");
+  const char* fn = "shardrt_model_clear_inputs";
+  return entry(fn, [&] {
+    auto m = open_handle(models_table(), model.id, "model", fn);
     m->inputs.clear();
     m->outputs.clear();
     m->input_leaves.clear();
@@ -150,12 +203,17 @@ shardrt_status shardrt_model_clear_inputs(shardrt_model model) {
 shardrt_status shardrt_model_forward(shardrt_model model, shardrt_sharded output, int record_grad) {
   const char* fn = "shardrt_model_forward";
   return entry(fn, [&] {
-    auto m = models_table().get(model.id, "model");
-    auto o = shardeds().get(output.id, "output");
-    collective(m->mesh->agree_comm, m->mesh->ctx->agree_errors(), fn, [&] {
+    auto m = open_handle(models_table(), model.id, "model", fn);
+    std::shared_ptr<ShardedObj> o;
+    m->mesh->run(CallId::model_forward, fn, [&](Signature& sig) {
+      o = open_handle(shardeds(), output.id, "output", fn);
       check_same_mesh(*m, *o, fn, "the output");
       SHARDRT_CHECK(record_grad == 0 || record_grad == 1, ValueError, fn, ": record_grad ", record_grad,
                     " must be 0 or 1");
+      sig.number("record_grad", record_grad);
+      sig.text("the bound inputs", bound_inputs(*m), SHARDRT_ERR_SHAPE);
+      sig.text("the output's global shape", shape_str(o->spec->global_shape()), SHARDRT_ERR_SHAPE);
+    }, [&] {
       std::vector<ShardTensor> outs = run_forward(*m, fn, record_grad == 1, /*input_grads=*/true);
       const ShardTensor placed = laid_out_as(outs.at(0), *o->spec, fn, "the output sharded tensor");
       o->write(fn, placed.local().detach());
@@ -167,15 +225,19 @@ shardrt_status shardrt_model_forward(shardrt_model model, shardrt_sharded output
 shardrt_status shardrt_model_backward(shardrt_model model, shardrt_sharded grad_output) {
   const char* fn = "shardrt_model_backward";
   return entry(fn, [&] {
-    auto m = models_table().get(model.id, "model");
-    auto g = shardeds().get(grad_output.id, "grad_output");
-    collective(m->mesh->agree_comm, m->mesh->ctx->agree_errors(), fn, [&] {
+    auto m = open_handle(models_table(), model.id, "model", fn);
+    std::shared_ptr<ShardedObj> g;
+    m->mesh->run(CallId::model_backward, fn, [&](Signature& sig) {
+      g = open_handle(shardeds(), grad_output.id, "grad_output", fn);
       check_same_mesh(*m, *g, fn, "grad_output");
       if (m->backward_done) throw state_error(fn, "backward already ran for the last forward; run forward again");
       if (m->outputs.empty())
         throw state_error(fn, "no graph to run backward through; call shardrt_model_forward with record_grad = 1");
+      sig.text("grad_output's global shape", shape_str(g->spec->global_shape()), SHARDRT_ERR_SHAPE);
+    }, [&] {
       const ShardTensor& out = m->outputs.at(0);
       const ShardTensor given(g->read(fn, m->dtype), *g->spec);
+      g->check_replicated(fn, "grad_output", given.local());
       SHARDRT_CHECK(given.global_shape() == out.global_shape(), ShapeError, fn, ": grad_output is global ",
                     shape_str(given.global_shape()), " but the output is global ", shape_str(out.global_shape()));
       ShardTensor grad = given;
@@ -193,8 +255,8 @@ shardrt_status shardrt_model_backward(shardrt_model model, shardrt_sharded grad_
 shardrt_status shardrt_model_input_grad(shardrt_model model, const char* name, shardrt_sharded grad) {
   const char* fn = "shardrt_model_input_grad";
   return entry(fn, [&] {
-    auto m = models_table().get(model.id, "model");
-    auto dst = shardeds().get(grad.id, "grad");
+    auto m = open_handle(models_table(), model.id, "model", fn);
+    auto dst = open_handle(shardeds(), grad.id, "grad", fn);
     require(name, fn, "name");
     if (!m->backward_done) throw state_error(fn, "no backward has run since the last forward");
     const auto leaf = m->input_leaves.find(name);
@@ -216,8 +278,9 @@ shardrt_status shardrt_model_input_grad(shardrt_model model, const char* name, s
 }
 
 shardrt_status shardrt_model_zero_grad(shardrt_model model) {
-  return entry("shardrt_model_zero_grad", [&] {
-    auto m = models_table().get(model.id, "model");
+  const char* fn = "shardrt_model_zero_grad";
+  return entry(fn, [&] {
+    auto m = open_handle(models_table(), model.id, "model", fn);
     for (const Tensor& p : m->model->parameters()) {
       const Tensor g = grad_of(p);
       if (g.defined()) g.zero_();
@@ -225,12 +288,43 @@ shardrt_status shardrt_model_zero_grad(shardrt_model model) {
   });
 }
 
+shardrt_status shardrt_model_parameter(shardrt_model model, const char* name, shardrt_tensor dst) {
+  const char* fn = "shardrt_model_parameter";
+  return entry(fn, [&] {
+    auto m = open_handle(models_table(), model.id, "model", fn);
+    auto t = open_handle(tensors(), dst.id, "dst", fn);
+    require(name, fn, "name");
+    copy_named(*t, named_tensor(m->model->state_dict(), name, *m, fn).detach(), fn, name);
+  });
+}
+
+shardrt_status shardrt_model_parameter_grad(shardrt_model model, const char* name, shardrt_tensor dst) {
+  const char* fn = "shardrt_model_parameter_grad";
+  return entry(fn, [&] {
+    auto m = open_handle(models_table(), model.id, "model", fn);
+    auto t = open_handle(tensors(), dst.id, "dst", fn);
+    require(name, fn, "name");
+    if (m->has_optimizer)
+      throw state_error(fn, "the model has an optimizer, which keeps the grads in its own arena; read them "
+                            "before creating it");
+    const Tensor p = named_tensor(m->model->named_parameters(), name, *m, fn);
+    Tensor g = grad_of(p);
+    if (!g.defined()) {
+      g = Tensor::empty(p.shape(), p.dtype(), p.device());
+      g.zero_();
+    }
+    copy_named(*t, g, fn, name);
+  });
+}
+
 shardrt_status shardrt_model_export(shardrt_model model, const char* path) {
   const char* fn = "shardrt_model_export";
   return entry(fn, [&] {
-    auto m = models_table().get(model.id, "model");
-    collective(m->mesh->agree_comm, m->mesh->ctx->agree_errors(), fn, [&] {
+    auto m = open_handle(models_table(), model.id, "model", fn);
+    m->mesh->run(CallId::model_export, fn, [&](Signature& sig) {
       require(path, fn, "path");
+      sig.text("path", path);  // mesh rank 0's is the one written
+    }, [&] {
       const std::string p = path;
       std::map<std::string, Tensor> sd;
       std::vector<std::string> order;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/agreement.h"
 #include "capi/handles.h"
 #include "capi/shardrt.h"
 #include "mesh/ledger.h"
@@ -23,9 +24,12 @@
 namespace shardrt::capi {
 
 struct Context {
-  MPI_Comm comm = MPI_COMM_NULL;  // ShardRT's duplicate of the caller's communicator
+  std::unique_ptr<Agreement> agreement;  // over the caller's communicator (a duplicate of it)
   int flags = 0;
   bool initialised_mpi = false;   // this context called MPI_Init_thread (and the last such context finalises)
+  // Set by shardrt_context_destroy: every object made from the context refuses further calls (SHARDRT_ERR_STATE)
+  // but destroys; the objects keep what they hold alive until they are destroyed themselves.
+  std::atomic<bool> closed{false};
   std::atomic<int64_t> copies{0}, copy_bytes{0};
   ~Context();
   bool agree_errors() const { return (flags & SHARDRT_AGREE_ERRORS) != 0; }
@@ -34,9 +38,14 @@ struct Context {
 struct MeshObj {
   std::shared_ptr<Context> ctx;
   std::optional<Mesh> mesh;
-  MPI_Comm agree_comm = MPI_COMM_NULL;  // a duplicate of the mesh's communicator, for outcome agreement only
+  std::unique_ptr<Agreement> agreement;  // over the mesh's communicator: every collective call of its objects
   int ddp = 1, domain = 1;
   ~MeshObj();
+  // A collective call of an object on this mesh (capi/agreement.h), with the context's agree_errors.
+  void run(CallId id, const char* fn, const std::function<void(Signature&)>& prepare,
+           const std::function<void()>& body) {
+    agreement->run(id, fn, ctx->agree_errors(), prepare, body);
+  }
 };
 
 struct TensorObj {
@@ -63,6 +72,10 @@ struct ShardedObj {
   Tensor read(const char* fn, DType dtype);
   // Writes `local` (model_local_shape, any dtype) into the caller's memory.
   void write(const char* fn, const Tensor& local);
+  // In checked mode, when this tensor is replicated over the domain group (every rank declared the whole sample
+  // box): one all-gather of a digest of `values` (this rank's copy, as read) over the mesh, and a ValueError on
+  // every rank naming `what` and the ranks of the first domain group whose copies differ. Collective.
+  void check_replicated(const char* fn, const std::string& what, const Tensor& values) const;
 };
 
 struct ModelObj {
@@ -88,6 +101,13 @@ struct OptimizerObj {
   LossKind loss = LossKind::mse;
 };
 
+inline const Context& context_of(const Context& c) { return c; }
+inline const Context& context_of(const MeshObj& m) { return *m.ctx; }
+inline const Context& context_of(const TensorObj& t) { return *t.ctx; }
+inline const Context& context_of(const ShardedObj& s) { return *s.mesh->ctx; }
+inline const Context& context_of(const ModelObj& m) { return *m.mesh->ctx; }
+inline const Context& context_of(const OptimizerObj& o) { return *o.model->mesh->ctx; }
+
 HandleTable<Context>& contexts();
 HandleTable<MeshObj>& meshes();
 HandleTable<TensorObj>& tensors();
@@ -112,10 +132,16 @@ shardrt_status set_error(shardrt_status status, const std::string& message);
 // Runs an entry point's body: any exception becomes a status and the thread's last error.
 shardrt_status entry(const char* fn, const std::function<void()>& body);
 
-// Runs `body` on every rank of `comm` (the caller's duplicate) and, when `agree` is set, agrees on the outcome: if
-// any rank failed, every rank throws CapiError with the lowest failing rank's status and message and the list of
-// failing ranks. One MPI_Allreduce when all succeed. Without `agree`, exceptions pass through unchanged.
-void collective(MPI_Comm comm, bool agree, const char* fn, const std::function<void()>& body);
+// CapiError(SHARDRT_ERR_STATE) naming `fn` when MPI is finalized or `ctx` was destroyed: what every call on a live
+// handle checks first (destroys excepted).
+void require_open(const Context& ctx, const char* fn);
+// The object `id` names (InvalidHandle otherwise), after require_open on its context.
+template <typename T>
+std::shared_ptr<T> open_handle(HandleTable<T>& table, uint64_t id, const char* what, const char* fn) {
+  std::shared_ptr<T> obj = table.get(id, what);
+  require_open(context_of(*obj), fn);
+  return obj;
+}
 
 // Throws CapiError(SHARDRT_ERR_NULL_ARGUMENT) naming `what` when p is null.
 void require(const void* p, const char* fn, const char* what);
@@ -123,6 +149,9 @@ void require(const void* p, const char* fn, const char* what);
 // The model's forward on its bound inputs (capi/model.cpp). `record`: keep the graph for backward; `input_grads`:
 // make every floating input a leaf whose grad backward fills (shardrt_model_input_grad).
 std::vector<ShardTensor> run_forward(ModelObj& m, const char* fn, bool record, bool input_grads);
+// "embedding [2, 13, 2]; fx [2, 13, 3]": the names and global shapes of the bound inputs (part of the signature
+// of the calls that run the model).
+std::string bound_inputs(const ModelObj& m);
 
 // ---- shared helpers -------------------------------------------------------------------------------------------
 

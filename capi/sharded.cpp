@@ -2,8 +2,10 @@
 // (offsets + its local shape); one all-gather of those boxes lets every rank check the tiling and derive the same
 // ShardSpec, so nothing is ever gathered but 26 integers per rank.
 #include <algorithm>
-#include <sstream>
+#include <functional>
+#include <string_view>
 
+#include "capi/box_layout.h"
 #include "capi/objects.h"
 #include "runtime/errors.h"
 
@@ -11,150 +13,8 @@ namespace shardrt::capi {
 
 namespace {
 
-constexpr int kMaxDims = 8;
+constexpr int kMaxDims = kMaxBoxDims;
 constexpr int kRecord = 2 + 3 * kMaxDims;  // ndim, unused, global[8], offsets[8], extents[8]
-
-struct Box {
-  int ndim = 0;
-  int64_t global[kMaxDims] = {}, off[kMaxDims] = {}, n[kMaxDims] = {};
-
-  std::string global_str() const { return list(global, 0, ndim); }
-  // "[o0, o0+n0) x [o1, o1+n1) ..." of dims from..ndim-1
-  std::string box_str(int from) const {
-    std::ostringstream os;
-    for (int k = from; k < ndim; ++k) os << (k > from ? " x " : "") << "[" << off[k] << ", " << off[k] + n[k] << ")";
-    return os.str();
-  }
-  int64_t volume(int from) const {
-    int64_t v = 1;
-    for (int k = from; k < ndim; ++k) v *= n[k];
-    return v;
-  }
-  static std::string list(const int64_t* v, int from, int to) {
-    std::string s = "[";
-    for (int i = from; i < to; ++i) s += (i > from ? ", " : "") + std::to_string(v[i]);
-    return s + "]";
-  }
-};
-
-bool overlap(const Box& a, const Box& b, int from) {
-  for (int k = from; k < a.ndim; ++k)
-    if (a.off[k] + a.n[k] <= b.off[k] || b.off[k] + b.n[k] <= a.off[k]) return false;
-  return true;
-}
-
-// What the gathered boxes say: the model-facing global shape, placements and extents, checked identically on
-// every rank (every rank reads the same table, so every rank throws the same ShapeError).
-struct Layout {
-  Shape global;
-  int domain_dim = -1;     // the dim sharded over the domain axis; -1: replicated over it
-  bool flattened = false;  // dims 1..ndim-2 flattened into points
-  Extents ddp_extents, domain_extents;
-};
-
-Layout analyse(const std::vector<Box>& boxes, int ddp, int domain, bool points, const char* fn) {
-  const Box& first = boxes[0];
-  const int nd = first.ndim;
-  for (size_t r = 1; r < boxes.size(); ++r) {
-    const Box& b = boxes[r];
-    SHARDRT_CHECK(b.ndim == nd && std::equal(b.global, b.global + nd, first.global), ShapeError, fn,
-                  ": the ranks disagree on the global shape: rank 0 states ", first.global_str(), ", rank ", r,
-                  " states ", b.global_str(), "; every rank must pass the same global_shape");
-  }
-  Layout out;
-  SHARDRT_CHECK(nd >= 1, ShapeError, fn, ": a sharded tensor needs dim 0 (the samples); the global shape is []");
-  SHARDRT_CHECK(!points || nd >= 3, ShapeError, fn, ": a point set is (samples, grid dims..., channels), at least ",
-                "3 dims; the global shape is ", first.global_str());
-  // dim 0: the same samples within a domain group, the groups' samples tiling global dim 0 in ddp order.
-  int64_t next_sample = 0;
-  for (int g = 0; g < ddp; ++g) {
-    const Box& lead = boxes[static_cast<size_t>(g * domain)];
-    for (int j = 1; j < domain; ++j) {
-      const Box& b = boxes[static_cast<size_t>(g * domain + j)];
-      SHARDRT_CHECK(b.off[0] == lead.off[0] && b.n[0] == lead.n[0], ShapeError, fn, ": the ranks of ddp group ",
-                    g, " hold different samples: rank ", g * domain, " samples [", lead.off[0], ", ",
-                    lead.off[0] + lead.n[0], "), rank ", g * domain + j, " samples [", b.off[0], ", ",
-                    b.off[0] + b.n[0], "); a domain group holds subdomains of the same samples");
-    }
-    SHARDRT_CHECK(lead.off[0] == next_sample, ShapeError, fn, ": ddp group ", g, " (rank ", g * domain,
-                  ") starts at sample ", lead.off[0], " but the groups before it end at ", next_sample,
-                  "; the ddp groups' samples must tile dim 0 in ddp order");
-    next_sample += lead.n[0];
-    out.ddp_extents.push_back(lead.n[0]);
-  }
-  SHARDRT_CHECK(next_sample == first.global[0], ShapeError, fn, ": the ddp groups hold ", next_sample,
-                " samples in all but the global shape ", first.global_str(), " has ", first.global[0]);
-  // dims 1..: one box per domain index, the same in every ddp group, tiling the sample's global box exactly.
-  for (int g = 1; g < ddp; ++g)
-    for (int j = 0; j < domain; ++j) {
-      const Box& a = boxes[static_cast<size_t>(j)];
-      const Box& b = boxes[static_cast<size_t>(g * domain + j)];
-      SHARDRT_CHECK(std::equal(a.off + 1, a.off + nd, b.off + 1) && std::equal(a.n + 1, a.n + nd, b.n + 1),
-                    ShapeError, fn, ": ranks ", j, " and ", g * domain + j, " (domain index ", j,
-                    " of ddp groups 0 and ", g, ") hold different boxes, ", a.box_str(1), " and ", b.box_str(1),
-                    "; every ddp group must decompose its samples alike");
-    }
-  int64_t global_volume = 1, held = 0;
-  for (int k = 1; k < nd; ++k) global_volume *= first.global[k];
-  for (int j = 0; j < domain; ++j) {
-    const Box& a = boxes[static_cast<size_t>(j)];
-    held += a.volume(1);
-    for (int i = 0; i < j && a.volume(1) > 0; ++i)
-      SHARDRT_CHECK(boxes[static_cast<size_t>(i)].volume(1) == 0 || !overlap(boxes[static_cast<size_t>(i)], a, 1),
-                    ShapeError, fn, ": the boxes of ranks ", i, " and ", j, " overlap: ",
-                    boxes[static_cast<size_t>(i)].box_str(1), " and ", a.box_str(1), " of the global ",
-                    first.global_str());
-  }
-  SHARDRT_CHECK(held == global_volume, ShapeError, fn, ": the domain ranks' boxes hold ", held,
-                " elements per sample but the global box ", Box::list(first.global, 1, nd), " has ", global_volume,
-                "; the extents must add up to the global shape (every element held by exactly one rank)");
-  std::vector<int> split;
-  for (int k = 1; k < nd; ++k)
-    for (int j = 0; j < domain; ++j)
-      if (boxes[static_cast<size_t>(j)].n[k] != first.global[k]) {
-        split.push_back(k);
-        break;
-      }
-  const std::string split_str =
-      Box::list(std::vector<int64_t>(split.begin(), split.end()).data(), 0, static_cast<int>(split.size()));
-  out.global.assign(first.global, first.global + nd);
-  if (points) {
-    // dims 1..nd-2 become one point dim, each rank's points in its box's row-major order, the last dim the channels.
-    SHARDRT_CHECK(split.empty() || split.back() <= nd - 2, ShapeError, fn, ": the boxes split dims ", split_str,
-                  " of ", first.global_str(), "; a point set splits the grid dims 1..", nd - 2,
-                  " and leaves the last dim (the channels) whole");
-    int64_t n_points = 1;
-    for (int k = 1; k < nd - 1; ++k) n_points *= first.global[k];
-    out.global = {first.global[0], n_points, first.global[nd - 1]};
-    out.flattened = true;
-    if (split.empty()) return out;
-    for (int j = 0; j < domain; ++j) {
-      const Box& a = boxes[static_cast<size_t>(j)];
-      int64_t p = 1;
-      for (int k = 1; k < nd - 1; ++k) p *= a.n[k];
-      out.domain_extents.push_back(p);
-    }
-    out.domain_dim = 1;
-    return out;
-  }
-  if (split.empty()) return out;  // every domain rank holds whole samples: replicated over the domain
-  SHARDRT_CHECK(split.size() == 1, ShapeError, fn, ": the boxes split dims ", split_str, " of ",
-                first.global_str(), "; a sharded grid is split along one dim (slabs): run a block decomposition as "
-                "a point set with shardrt_sharded_create_points");
-  const int d = split[0];
-  int64_t next = 0;
-  for (int j = 0; j < domain; ++j) {
-    const Box& a = boxes[static_cast<size_t>(j)];
-    if (a.n[d] > 0)
-      SHARDRT_CHECK(a.off[d] == next, ShapeError, fn, ": along dim ", d, " rank ", j, " holds [", a.off[d], ", ",
-                    a.off[d] + a.n[d], ") but the lower domain ranks end at ", next,
-                    "; slabs must be in domain-rank order (rank j's offset = the extents of ranks < j)");
-    next += a.n[d];
-    out.domain_extents.push_back(a.n[d]);
-  }
-  out.domain_dim = d;
-  return out;
-}
 
 }  // namespace
 
@@ -190,6 +50,41 @@ void ShardedObj::write(const char* fn, const Tensor& local) {
   }
 }
 
+void ShardedObj::check_replicated(const char* fn, const std::string& what, const Tensor& values) const {
+  const Mesh& mh = *mesh->mesh;
+  const int domain_axis = mh.axis_index("domain");
+  if (mesh->domain == 1 || !mh.flat().checks_collectives() || !spec->placement(domain_axis).is_replicate()) return;
+  const Tensor host = values.to(Device::cpu()).contiguous();
+  Tensor mine = Tensor::empty({1}, DType::i64), all = Tensor::empty({mh.size()}, DType::i64);
+  mine.data<int64_t>()[0] = static_cast<int64_t>(std::hash<std::string_view>{}(
+      std::string_view(static_cast<const char*>(host.raw_data()), host.nbytes())));
+  {
+    auto scope = mh.flat().ledger().scope("capi.replicated_check");
+    mh.flat().all_gather(mine, all);
+  }
+  // Every rank reads the same table: the first domain group whose ranks differ is the same error everywhere.
+  const int64_t* d = all.data<int64_t>();
+  for (int g = 0; g < mesh->ddp; ++g) {
+    std::vector<int64_t> values_seen;
+    std::vector<std::string> holders;
+    for (int j = 0; j < mesh->domain; ++j) {
+      const int r = g * mesh->domain + j;
+      const size_t k = static_cast<size_t>(std::find(values_seen.begin(), values_seen.end(), d[r]) - values_seen.begin());
+      if (k == values_seen.size()) values_seen.push_back(d[r]), holders.emplace_back();
+      holders[k] += (holders[k].empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (values_seen.size() == 1) continue;
+    std::string groups;
+    for (size_t k = 0; k < holders.size(); ++k)
+      groups += std::string(k ? "; " : "") + (holders[k].find(',') == std::string::npos ? "rank " : "ranks ") +
+                holders[k];
+    throw ValueError(detail::concat(fn, ": the replicated ", what, " (global ", shape_str(spec->global_shape()), ") holds ", values_seen.size(),
+                                    " different values on the ranks of domain group ", g, " (", groups,
+                                    "); a tensor that every rank declares whole must hold the same values on "
+                                    "every rank of its domain group (checked mode)"));
+  }
+}
+
 }  // namespace shardrt::capi
 
 using namespace shardrt;
@@ -202,13 +97,15 @@ shardrt_status create_sharded(shardrt_sharded* out, shardrt_mesh mesh, shardrt_t
   return entry(fn, [&] {
     require(out, fn, "out");
     out->id = 0;
-    auto m = meshes().get(mesh.id, "mesh");
-    auto t = tensors().get(local.id, "local");
-    const Tensor& v = t->view;
-    // This rank's own statement, agreed on every rank before the gather (a rank with a bad box must not leave the
-    // others waiting in it).
+    auto m = open_handle(meshes(), mesh.id, "mesh", fn);
+    // This rank's own statement is checked in the call's start agreement, before the gather (a rank with a bad box
+    // must not leave the others waiting in it).
+    std::shared_ptr<TensorObj> t;
     Box mine;
-    collective(m->agree_comm, true, fn, [&] {
+    auto s = std::make_shared<ShardedObj>();
+    m->run(points ? CallId::sharded_create_points : CallId::sharded_create, fn, [&](Signature& sig) {
+      t = open_handle(tensors(), local.id, "local", fn);
+      const Tensor& v = t->view;
       require(global_shape, fn, "global_shape");
       require(offsets, fn, "offsets");
       SHARDRT_CHECK(ndim == v.dim(), ShapeError, fn, ": ndim ", ndim, " but the local tensor ", v.str(), " has ",
@@ -230,9 +127,10 @@ shardrt_status create_sharded(shardrt_sharded* out, shardrt_mesh mesh, shardrt_t
                       ") of the local tensor ", v.str(), " lies outside the global shape ",
                       Box::list(global_shape, 0, ndim), " (offsets ", Box::list(offsets, 0, ndim), ")");
       }
-    });
-    auto s = std::make_shared<ShardedObj>();
-    collective(m->agree_comm, m->ctx->agree_errors(), fn, [&] {
+      sig.number("ndim", ndim, SHARDRT_ERR_SHAPE);
+      sig.text("global_shape", Box::list(global_shape, 0, ndim), SHARDRT_ERR_SHAPE);
+    }, [&] {
+      const Tensor& v = t->view;
       const Mesh& mh = *m->mesh;
       Tensor rec = Tensor::empty({kRecord}, DType::i64);
       int64_t* r = rec.data<int64_t>();
@@ -254,7 +152,7 @@ shardrt_status create_sharded(shardrt_sharded* out, shardrt_mesh mesh, shardrt_t
         for (int k = 0; k < kMaxDims; ++k)
           b.global[k] = x[2 + k], b.off[k] = x[2 + kMaxDims + k], b.n[k] = x[2 + 2 * kMaxDims + k];
       }
-      const Layout lay = analyse(boxes, m->ddp, m->domain, points, fn);
+      const BoxLayout lay = analyse_boxes(boxes, m->ddp, m->domain, points, fn);
       s->mesh = m;
       s->tensor = t;
       s->flattened = lay.flattened;
@@ -305,7 +203,7 @@ shardrt_status shardrt_sharded_destroy(shardrt_sharded s) {
 shardrt_status shardrt_sharded_global_shape(shardrt_sharded s, int* ndim, int64_t* shape, int cap) {
   const char* fn = "shardrt_sharded_global_shape";
   return entry(fn, [&] {
-    auto obj = shardeds().get(s.id, "sharded");
+    auto obj = open_handle(shardeds(), s.id, "sharded", fn);
     require(ndim, fn, "ndim");
     if (cap > 0) require(shape, fn, "shape");
     const Shape& g = obj->spec->global_shape();
@@ -317,7 +215,7 @@ shardrt_status shardrt_sharded_global_shape(shardrt_sharded s, int* ndim, int64_
 shardrt_status shardrt_sharded_is_copy(shardrt_sharded s, int* copied) {
   const char* fn = "shardrt_sharded_is_copy";
   return entry(fn, [&] {
-    auto obj = shardeds().get(s.id, "sharded");
+    auto obj = open_handle(shardeds(), s.id, "sharded", fn);
     require(copied, fn, "copied");
     *copied = obj->needs_copy ? 1 : 0;
   });

@@ -71,6 +71,7 @@ module shardrt
   integer(c_int), parameter, public :: SHARDRT_COPY_FORBID = 2
   integer(c_int), parameter, public :: SHARDRT_AGREE_ERRORS = 1
   integer(c_int), parameter, public :: SHARDRT_FORBID_COPIES = 2
+  integer(c_int), parameter, public :: SHARDRT_CHECKED = 4
 
   public :: shardrt_last_error, shardrt_status_name, shardrt_tensor_from_array
   public :: shardrt_last_status, shardrt_clear_error, shardrt_context_create, shardrt_context_destroy
@@ -80,9 +81,9 @@ module shardrt
   public :: shardrt_sharded_create, shardrt_sharded_create_points, shardrt_sharded_destroy, shardrt_sharded_global_shape
   public :: shardrt_sharded_is_copy, shardrt_model_create, shardrt_model_destroy, shardrt_model_num_parameters
   public :: shardrt_model_set_input, shardrt_model_clear_inputs, shardrt_model_forward, shardrt_model_backward
-  public :: shardrt_model_input_grad, shardrt_model_zero_grad, shardrt_model_export, shardrt_optimizer_create
-  public :: shardrt_optimizer_destroy, shardrt_optimizer_step, shardrt_optimizer_steps, shardrt_train_step
-  public :: shardrt_checkpoint_save, shardrt_checkpoint_load
+  public :: shardrt_model_input_grad, shardrt_model_zero_grad, shardrt_model_parameter, shardrt_model_parameter_grad
+  public :: shardrt_model_export, shardrt_optimizer_create, shardrt_optimizer_destroy, shardrt_optimizer_step
+  public :: shardrt_optimizer_steps, shardrt_train_step, shardrt_checkpoint_save, shardrt_checkpoint_load
 
   ! One generic name for every real kind and rank (1..5) of array.
   interface shardrt_tensor_from_array
@@ -290,6 +291,20 @@ module shardrt
     integer(c_int) function c_shardrt_model_zero_grad(model) bind(C, name="shardrt_model_zero_grad")
       import
       type(shardrt_model), value, intent(in) :: model
+    end function
+    integer(c_int) function c_shardrt_model_parameter(model, name, dst) bind(C, &
+        name="shardrt_model_parameter")
+      import
+      type(shardrt_model), value, intent(in) :: model
+      character(kind=c_char), intent(in) :: name(*)
+      type(shardrt_tensor), value, intent(in) :: dst
+    end function
+    integer(c_int) function c_shardrt_model_parameter_grad(model, name, dst) bind(C, &
+        name="shardrt_model_parameter_grad")
+      import
+      type(shardrt_model), value, intent(in) :: model
+      character(kind=c_char), intent(in) :: name(*)
+      type(shardrt_tensor), value, intent(in) :: dst
     end function
     integer(c_int) function c_shardrt_model_export(model, path) bind(C, name="shardrt_model_export")
       import
@@ -799,6 +814,30 @@ contains
     status = c_shardrt_model_zero_grad(model)
     call report(status, "shardrt_model_zero_grad", stat)
   end subroutine shardrt_model_zero_grad
+
+  subroutine shardrt_model_parameter(model, name, dst, stat)
+    type(shardrt_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    type(shardrt_tensor), intent(in) :: dst
+    integer, intent(out), optional :: stat
+    character(kind=c_char, len=:), allocatable :: c_name
+    integer(c_int) :: status
+    c_name = trim(name) // c_null_char
+    status = c_shardrt_model_parameter(model, c_name, dst)
+    call report(status, "shardrt_model_parameter", stat)
+  end subroutine shardrt_model_parameter
+
+  subroutine shardrt_model_parameter_grad(model, name, dst, stat)
+    type(shardrt_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    type(shardrt_tensor), intent(in) :: dst
+    integer, intent(out), optional :: stat
+    character(kind=c_char, len=:), allocatable :: c_name
+    integer(c_int) :: status
+    c_name = trim(name) // c_null_char
+    status = c_shardrt_model_parameter_grad(model, c_name, dst)
+    call report(status, "shardrt_model_parameter_grad", stat)
+  end subroutine shardrt_model_parameter_grad
 
   subroutine shardrt_model_export(model, path, stat)
     type(shardrt_model), intent(in) :: model

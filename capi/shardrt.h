@@ -14,12 +14,20 @@
  *   undefined behaviour. Destroying a handle does not destroy the objects made from it; each keeps what it needs
  *   alive (a model keeps its mesh, a sharded tensor its tensor), so handles may be destroyed in any order.
  * - "Collective" calls must be made by every rank of the mesh (or communicator), in the same order, with the
- *   same handles. With SHARDRT_AGREE_ERRORS set on the context, every rank of a collective call returns the same
- *   status and the same message (that of the lowest failing rank, with the list of failing ranks), at the cost of
- *   one small all-reduce per call. Without it, a failure found by some ranks only (a wrong local shape) is
- *   returned there and the other ranks fail when their next collective times out (SHARDRT_COMM_TIMEOUT seconds,
- *   SHARDRT_ERR_COMM). A null or invalid handle is found before any communication and returned on the calling rank
- *   only: pass the same handles on every rank.
+ *   same arguments. Before acting, the ranks of a collective call agree (one small all-gather): that they are at
+ *   the same call (each call is numbered on its mesh, so a rank that failed a call and calls again never pairs with
+ *   the others' first attempt), that each passed its own checks (handles, NULL pointers, values, its box), and that
+ *   their arguments match (the model's kind, config, dtype, seed and a digest of its weights; the optimizer's
+ *   settings; shapes; paths; the step count). Any difference is an error on every rank, the same status and
+ *   message, naming the ranks and the differing argument, and nothing is done. With SHARDRT_AGREE_ERRORS set on the
+ *   context, the ranks also agree on the outcome (a second all-gather): a call that fails on some ranks only
+ *   returns the same status and message everywhere (the failing rank's, with the list of failing ranks). Without
+ *   it, a failure inside the call on some ranks is returned there and the others fail when their next collective
+ *   times out (SHARDRT_COMM_TIMEOUT seconds, SHARDRT_ERR_COMM; the mesh is unusable afterwards). Every agreement is
+ *   bounded by SHARDRT_COMM_TIMEOUT + 4 s. Only a handle that names no mesh (an invalid model or mesh handle
+ *   itself) is returned on the calling rank alone, before any communication: pass the same handles on every rank.
+ * - After MPI_Finalize, or once the context a handle was made from is destroyed, every call on it but its destroy
+ *   returns SHARDRT_ERR_STATE with a message.
  * - Shapes and strides are int64_t arrays of `ndim` entries, in elements, in the caller's dimension order; dims are
  *   never reversed. Column-major (Fortran) memory is described by its strides (SHARDRT_LAYOUT_COL_MAJOR computes
  *   them), never transposed.
@@ -54,7 +62,8 @@ typedef enum shardrt_status {
   SHARDRT_ERR_IO = 7,              /* a file missing, truncated, malformed, or for another model */
   SHARDRT_ERR_COMM = 8,            /* a collective failed or timed out (another rank failed or never came) */
   SHARDRT_ERR_COPY_FORBIDDEN = 9,  /* a copy was needed (dtype or layout) but the tensor forbids copies */
-  SHARDRT_ERR_STATE = 10,          /* a call out of order: backward before forward, train_step without inputs */
+  SHARDRT_ERR_STATE = 10,          /* a call out of order: backward before forward, after MPI_Finalize, ranks at
+                                      different calls */
   SHARDRT_ERR_INTERNAL = 11        /* anything else (out of memory, a bug): the message says what */
 } shardrt_status;
 
@@ -114,6 +123,11 @@ typedef enum shardrt_layout {
 /* Context flags (shardrt_context_create's `flags`, or-ed). */
 #define SHARDRT_AGREE_ERRORS 1  /* collective calls agree on their status on every rank (see Conventions) */
 #define SHARDRT_FORBID_COPIES 2 /* SHARDRT_COPY_DEFAULT means SHARDRT_COPY_FORBID */
+/* Checked mode: the ranks agree on the signature of every collective of the context's meshes before it runs (a
+ * mismatch is SHARDRT_ERR_COMM instead of garbage), and the replicated inputs of every forward, backward and
+ * train_step are checked equal over their domain group (a mismatch is SHARDRT_ERR_VALUE naming the ranks). The
+ * environment variable SHARDRT_COMM_CHECK=1 turns it on (=0 off) for every context, without a rebuild. */
+#define SHARDRT_CHECKED 4
 
 /* ---- context ------------------------------------------------------------------------------------------------ */
 
@@ -124,6 +138,8 @@ typedef enum shardrt_layout {
 shardrt_status shardrt_context_create(shardrt_context* out, MPI_Comm comm, int flags);
 /* The same with a Fortran communicator (MPI_Fint, e.g. MPI_COMM_WORLD of the mpi_f08 module's %MPI_VAL). */
 shardrt_status shardrt_context_create_f(shardrt_context* out, MPI_Fint comm, int flags);
+/* Ends the context: what was made from it (meshes, tensors, models, ...) then refuses every call but its destroy
+ * (SHARDRT_ERR_STATE); destroy those too. Not collective. */
 shardrt_status shardrt_context_destroy(shardrt_context ctx);
 /* Copies made on behalf of this context's tensors so far (see the copy policy) and their bytes. */
 shardrt_status shardrt_context_copies(shardrt_context ctx, int64_t* count, int64_t* bytes);
@@ -183,7 +199,11 @@ shardrt_status shardrt_tensor_copies(shardrt_tensor t, int64_t* count, int64_t* 
  *     differs between ranks.
  * The model sees the tensor as it is, split along at most one dim (slabs of a structured grid, a point set split
  * into contiguous ranges): the ranks' boxes in domain-rank order along it (offsets must increase with the domain
- * index). No split dim: replicated over the domain group (every rank holds the whole sample, e.g. a time value).
+ * index).
+ * Replicated: when every rank of the domain group states the whole sample box (offsets 0 and the global extents
+ * in dims 1..; e.g. FLARE's time (B,), the ViT's class output (B, num_classes)), the tensor is replicated over the
+ * domain group: every rank holds a copy. An input declared so must hold the same values on every rank of the group
+ * (checked in checked mode, SHARDRT_CHECKED); an output or input grad declared so is written whole on every rank.
  * Halo cells of the code's arrays are skipped by wrapping only the interior: point `data` at the first interior
  * element and pass the strides of the whole array (with its halos) to shardrt_tensor_wrap; no copy is made. */
 shardrt_status shardrt_sharded_create(shardrt_sharded* out, shardrt_mesh mesh, shardrt_tensor local, int ndim,
@@ -238,6 +258,15 @@ shardrt_status shardrt_model_backward(shardrt_model model, shardrt_sharded grad_
 shardrt_status shardrt_model_input_grad(shardrt_model model, const char* name, shardrt_sharded grad);
 /* Zeroes every parameter grad. */
 shardrt_status shardrt_model_zero_grad(shardrt_model model);
+/* Copies parameter or buffer `name` (its PhysicsNeMo state_dict key, e.g. "blocks.0.Attn.q_global") into `dst`, a
+ * tensor of its shape (another floating dtype than the model's is a conversion, counted under dst's copy policy).
+ * Parameters are whole on every rank. Not collective. */
+shardrt_status shardrt_model_parameter(shardrt_model model, const char* name, shardrt_tensor dst);
+/* The same for the grad of parameter `name` accumulated by shardrt_model_backward: whole on every rank, summed over
+ * the domain group (over ddp it is summed by the optimizer step, not here); zero when no backward reached it. Only
+ * while no optimizer is attached (an optimizer keeps the grads in its own arena and zeroes them at each step):
+ * SHARDRT_ERR_STATE otherwise. Not collective. */
+shardrt_status shardrt_model_parameter_grad(shardrt_model model, const char* name, shardrt_tensor dst);
 /* Writes the model's parameters and buffers, keyed as PhysicsNeMo's state_dict, to `path` by its extension: .mdlus
  * (PhysicsNeMo's Module.from_checkpoint reads it), .safetensors or .pt. Collective: the parameters are whole on
  * every rank; mesh rank 0 writes (atomically: temporary file, fsync, rename). */

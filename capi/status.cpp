@@ -1,5 +1,5 @@
 // Status codes, the thread-local last error, the entry-point wrapper that keeps exceptions inside the library, and
-// the optional agreement of a collective call's outcome over its ranks.
+// the check that a handle's context and MPI are still there.
 #include <climits>
 #include <cstring>
 #include <exception>
@@ -110,39 +110,16 @@ shardrt_status entry(const char* fn, const std::function<void()>& body) {
   }
 }
 
-void collective(MPI_Comm comm, bool agree, const char* fn, const std::function<void()>& body) {
-  if (!agree) {
-    body();
-    return;
-  }
-  shardrt_status status = SHARDRT_OK;
-  std::string message;
-  try {
-    body();
-  } catch (...) {
-    std::tie(status, message) = describe_current_exception(fn);
-  }
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  const int mine = status == SHARDRT_OK ? INT_MAX : rank;
-  int first = INT_MAX;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
-  if (first == INT_MAX) return;
-  // Some rank failed: every rank learns which, and the first one's status and words.
-  const int failed_here = status == SHARDRT_OK ? 0 : 1;
-  std::vector<int> failed(static_cast<size_t>(size));
-  MPI_Allgather(&failed_here, 1, MPI_INT, failed.data(), 1, MPI_INT, comm);
-  long long header[2] = {static_cast<long long>(status), static_cast<long long>(message.size())};
-  MPI_Bcast(header, 2, MPI_LONG_LONG, first, comm);
-  std::string text(static_cast<size_t>(header[1]), '\0');
-  if (rank == first) text = message;
-  if (header[1] > 0) MPI_Bcast(text.data(), static_cast<int>(header[1]), MPI_CHAR, first, comm);
-  std::string ranks;
-  for (int r = 0; r < size; ++r)
-    if (failed[static_cast<size_t>(r)]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  throw CapiError{static_cast<shardrt_status>(header[0]), text + " [failed on rank(s) " + ranks + " of " +
-                                                              std::to_string(size) + "]"};
+void require_open(const Context& ctx, const char* fn) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized)
+    throw CapiError{SHARDRT_ERR_STATE, std::string(fn) + ": MPI is finalized (MPI_Finalize was called); make "
+                                                         "ShardRT's calls before it, and only destroy handles after"};
+  if (ctx.closed.load())
+    throw CapiError{SHARDRT_ERR_STATE, std::string(fn) + ": the context this handle was made from was destroyed "
+                                                         "(shardrt_context_destroy); only destroying the handle is "
+                                                         "left to do"};
 }
 
 void require(const void* p, const char* fn, const char* what) {

@@ -121,7 +121,7 @@ shardrt_status shardrt_tensor_wrap(shardrt_tensor* out, shardrt_context c, void*
   return entry(fn, [&] {
     require(out, fn, "out");
     out->id = 0;
-    auto ctx = contexts().get(c.id, "ctx");
+    auto ctx = open_handle(contexts(), c.id, "ctx", fn);
     const DType dt = to_dtype(dtype, fn);
     SHARDRT_CHECK(ndim >= 0 && ndim <= kMaxDims, ShapeError, fn, ": ndim ", ndim, " must be 0..", kMaxDims);
     if (ndim > 0) require(shape, fn, "shape");
@@ -180,7 +180,7 @@ shardrt_status shardrt_tensor_destroy(shardrt_tensor t) {
 shardrt_status shardrt_tensor_shape(shardrt_tensor t, int* ndim, int64_t* shape, int cap) {
   const char* fn = "shardrt_tensor_shape";
   return entry(fn, [&] {
-    auto obj = tensors().get(t.id, "tensor");
+    auto obj = open_handle(tensors(), t.id, "tensor", fn);
     require(ndim, fn, "ndim");
     if (cap > 0) require(shape, fn, "shape");
     *ndim = obj->view.dim();
@@ -191,7 +191,7 @@ shardrt_status shardrt_tensor_shape(shardrt_tensor t, int* ndim, int64_t* shape,
 shardrt_status shardrt_tensor_dtype(shardrt_tensor t, shardrt_dtype* dtype) {
   const char* fn = "shardrt_tensor_dtype";
   return entry(fn, [&] {
-    auto obj = tensors().get(t.id, "tensor");
+    auto obj = open_handle(tensors(), t.id, "tensor", fn);
     require(dtype, fn, "dtype");
     *dtype = static_cast<shardrt_dtype>(static_cast<int>(obj->view.dtype()));
   });
@@ -200,15 +200,16 @@ shardrt_status shardrt_tensor_dtype(shardrt_tensor t, shardrt_dtype* dtype) {
 shardrt_status shardrt_tensor_is_contiguous(shardrt_tensor t, int* contiguous) {
   const char* fn = "shardrt_tensor_is_contiguous";
   return entry(fn, [&] {
-    auto obj = tensors().get(t.id, "tensor");
+    auto obj = open_handle(tensors(), t.id, "tensor", fn);
     require(contiguous, fn, "contiguous");
     *contiguous = obj->view.is_contiguous() ? 1 : 0;
   });
 }
 
 shardrt_status shardrt_tensor_copies(shardrt_tensor t, int64_t* count, int64_t* bytes) {
-  return entry("shardrt_tensor_copies", [&] {
-    auto obj = tensors().get(t.id, "tensor");
+  const char* fn = "shardrt_tensor_copies";
+  return entry(fn, [&] {
+    auto obj = open_handle(tensors(), t.id, "tensor", fn);
     if (count) *count = obj->copies.load();
     if (bytes) *bytes = obj->copy_bytes.load();
   });

@@ -49,6 +49,7 @@ void merge_checked(json& dst, const json& src, const std::string& where, const c
 struct ParsedOptimizer {
   optim::OptimizerConfig config;
   LossKind loss = LossKind::mse;
+  std::string document;  // the whole document with its defaults (the ranks agree on it)
 };
 
 ParsedOptimizer parse_optimizer(const json& given, const char* fn) {
@@ -66,6 +67,7 @@ ParsedOptimizer parse_optimizer(const json& given, const char* fn) {
   SHARDRT_CHECK(loss == "mse" || loss == "relative_l2", ValueError, fn, ": loss.kind '", loss,
                 "' is not one of mse, relative_l2");
   p.loss = loss == "mse" ? LossKind::mse : LossKind::relative_l2;
+  p.document = doc.dump();
   return p;
 }
 
@@ -83,13 +85,16 @@ shardrt_status shardrt_optimizer_create(shardrt_optimizer* out, shardrt_model mo
   return entry(fn, [&] {
     require(out, fn, "out");
     out->id = 0;
-    auto m = models_table().get(model.id, "model");
+    auto m = open_handle(models_table(), model.id, "model", fn);
     auto o = std::make_shared<OptimizerObj>();
-    collective(m->mesh->agree_comm, m->mesh->ctx->agree_errors(), fn, [&] {
+    ParsedOptimizer p;
+    m->mesh->run(CallId::optimizer_create, fn, [&](Signature& sig) {
       if (m->has_optimizer)
         throw CapiError{SHARDRT_ERR_STATE, std::string(fn) + ": the model already has an optimizer (it owns the "
                                                              "parameters' storage); destroy none, reuse that one"};
-      const ParsedOptimizer p = parse_optimizer(read_json_argument(config, fn, "config"), fn);
+      p = parse_optimizer(read_json_argument(config, fn, "config"), fn);
+      sig.json("config", nlohmann::json::parse(p.document));  // every setting, defaults included: lr, betas, schedule, loss, ...
+    }, [&] {
       o->model = m;
       o->loss = p.loss;
       o->opt = std::make_unique<optim::Optimizer>(*m->mesh->mesh, *m->model, p.config);
@@ -106,15 +111,17 @@ shardrt_status shardrt_optimizer_destroy(shardrt_optimizer opt) {
 shardrt_status shardrt_optimizer_step(shardrt_optimizer opt) {
   const char* fn = "shardrt_optimizer_step";
   return entry(fn, [&] {
-    auto o = optimizers().get(opt.id, "optimizer");
-    collective(o->model->mesh->agree_comm, o->model->mesh->ctx->agree_errors(), fn, [&] { o->opt->step(); });
+    auto o = open_handle(optimizers(), opt.id, "optimizer", fn);
+    o->model->mesh->run(CallId::optimizer_step, fn, [&](Signature& sig) {
+      sig.number("steps taken", o->opt->steps_taken(), SHARDRT_ERR_STATE);  // the schedule's position
+    }, [&] { o->opt->step(); });
   });
 }
 
 shardrt_status shardrt_optimizer_steps(shardrt_optimizer opt, int64_t* steps) {
   const char* fn = "shardrt_optimizer_steps";
   return entry(fn, [&] {
-    auto o = optimizers().get(opt.id, "optimizer");
+    auto o = open_handle(optimizers(), opt.id, "optimizer", fn);
     require(steps, fn, "steps");
     *steps = o->opt->steps_taken();
   });
@@ -123,17 +130,25 @@ shardrt_status shardrt_optimizer_steps(shardrt_optimizer opt, int64_t* steps) {
 shardrt_status shardrt_train_step(shardrt_optimizer opt, shardrt_sharded target, double* loss_host) {
   const char* fn = "shardrt_train_step";
   return entry(fn, [&] {
-    auto o = optimizers().get(opt.id, "optimizer");
-    auto t = shardeds().get(target.id, "target");
+    auto o = open_handle(optimizers(), opt.id, "optimizer", fn);
     ModelObj& m = *o->model;
+    std::shared_ptr<ShardedObj> t;
     double loss_value = 0;
-    collective(m.mesh->agree_comm, m.mesh->ctx->agree_errors(), fn, [&] {
+    m.mesh->run(CallId::train_step, fn, [&](Signature& sig) {
+      t = open_handle(shardeds(), target.id, "target", fn);
       require(loss_host, fn, "loss_host");
       SHARDRT_CHECK(t->mesh == m.mesh || same_mesh(*t->mesh->mesh, *m.mesh->mesh), ValueError, fn,
                     ": the target lives on another mesh than the model");
+      if (m.inputs.empty())
+        throw CapiError{SHARDRT_ERR_STATE, std::string(fn) + ": no input is bound; call shardrt_model_set_input first"};
+      sig.text("the bound inputs", bound_inputs(m), SHARDRT_ERR_SHAPE);
+      sig.text("the target's global shape", shape_str(t->spec->global_shape()), SHARDRT_ERR_SHAPE);
+      sig.number("steps taken", o->opt->steps_taken(), SHARDRT_ERR_STATE);
+    }, [&] {
       const std::vector<ShardTensor> outs = run_forward(m, fn, /*record=*/true, /*input_grads=*/false);
       const ShardTensor& pred = outs.at(0);
       ShardTensor tgt(t->read(fn, m.dtype), *t->spec);
+      t->check_replicated(fn, "target", tgt.local());
       SHARDRT_CHECK(tgt.global_shape() == pred.global_shape(), ShapeError, fn, ": the target is global ",
                     shape_str(tgt.global_shape()), " but the output is global ", shape_str(pred.global_shape()));
       if (tgt.spec() != pred.spec()) {
@@ -153,22 +168,23 @@ shardrt_status shardrt_train_step(shardrt_optimizer opt, shardrt_sharded target,
 shardrt_status shardrt_checkpoint_save(shardrt_optimizer opt, const char* dir) {
   const char* fn = "shardrt_checkpoint_save";
   return entry(fn, [&] {
-    auto o = optimizers().get(opt.id, "optimizer");
-    collective(o->model->mesh->agree_comm, o->model->mesh->ctx->agree_errors(), fn, [&] {
+    auto o = open_handle(optimizers(), opt.id, "optimizer", fn);
+    o->model->mesh->run(CallId::checkpoint_save, fn, [&](Signature& sig) {
       require(dir, fn, "dir");
-      o->opt->save(dir);
-    });
+      sig.text("dir", dir);
+      sig.number("steps taken", o->opt->steps_taken(), SHARDRT_ERR_STATE);
+    }, [&] { o->opt->save(dir); });
   });
 }
 
 shardrt_status shardrt_checkpoint_load(shardrt_optimizer opt, const char* dir, int64_t* step) {
   const char* fn = "shardrt_checkpoint_load";
   return entry(fn, [&] {
-    auto o = optimizers().get(opt.id, "optimizer");
-    collective(o->model->mesh->agree_comm, o->model->mesh->ctx->agree_errors(), fn, [&] {
+    auto o = open_handle(optimizers(), opt.id, "optimizer", fn);
+    o->model->mesh->run(CallId::checkpoint_load, fn, [&](Signature& sig) {
       require(dir, fn, "dir");
-      o->opt->load(dir);
-    });
+      sig.text("dir", dir);
+    }, [&] { o->opt->load(dir); });
     if (step) *step = o->opt->steps_taken();
   });
 }

@@ -234,7 +234,10 @@ TEST_CASE("capi: a block decomposition of a grid with halos runs as a point set 
   int copied = -1, nd = 0;
   int64_t gshape[8];
   CAPI_OK(shardrt_sharded_is_copy(sfx, &copied));
-  CHECK(copied == 1);  // the halo columns interrupt the rows: the interior cannot be flattened in place
+  // The halo columns interrupt the rows: the interior cannot be flattened in place, unless the block is one column
+  // wide (3 ranks: columns 2 | 1 | 3), whose rows are then one stride apart.
+  const int needs_copy = w > 1 ? 1 : 0;
+  CHECK(copied == needs_copy);
   CAPI_OK(shardrt_sharded_is_copy(sout, &copied));
   CHECK(copied == 0);  // a contiguous block flattens in place
   CAPI_OK(shardrt_sharded_global_shape(sfx, &nd, gshape, 8));
@@ -247,7 +250,7 @@ TEST_CASE("capi: a block decomposition of a grid with halos runs as a point set 
   CAPI_OK(shardrt_model_forward(m, sout, 0));
   int64_t copies = 0;
   CAPI_OK(shardrt_tensor_copies(tfx, &copies, nullptr));
-  CHECK(copies == 1);
+  CHECK(copies == needs_copy);
 
   // The oracle on the points in the same order: block by block in rank order, each block row-major.
   Tensor fx_all = Tensor::empty({1, H * W, 3}, DType::f64), emb_all = Tensor::empty({1, H * W, 2}, DType::f64);

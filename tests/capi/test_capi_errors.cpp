@@ -1,6 +1,7 @@
 // The C API's bad-input table: every wrong call returns its documented status with a message naming the call, on
 // every rank, and none crashes or hangs (the suite also runs under ASan: tools/test --sanitize).
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,7 +18,17 @@ struct BadCall {
   shardrt_status expected;
   std::function<shardrt_status()> call;
   std::string message_part;  // a word the message must hold ("" : just the function's name)
+  bool same_message = false;  // the message too is the same on every rank (an agreed failure)
 };
+
+// Whether `msg` is the same on every rank.
+bool same_everywhere(const std::string& msg) {
+  const long long h = static_cast<long long>(std::hash<std::string>{}(msg) >> 1);
+  long long lo = 0, hi = 0;
+  MPI_Allreduce(&h, &lo, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&h, &hi, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  return lo == hi;
+}
 
 std::string golden(const std::string& file) { return std::string(SHARDRT_TEST_DATA_DIR) + "/golden/" + file; }
 
@@ -26,7 +37,7 @@ std::string golden(const std::string& file) { return std::string(SHARDRT_TEST_DA
 TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its documented status with a message, on "
           "every rank alike", "[capi]") {
   const int P = world_size(), rank = world_rank();
-  Session s;
+  Session s(SHARDRT_AGREE_ERRORS | SHARDRT_CHECKED);
   Piece fx(s, 1, 9, 3, fx_value), emb(s, 1, 9, 2, emb_value), out(s, 1, 9, 2), target(s, 1, 9, 2, target_value);
   Piece wrong_out(s, 1, 9, 3), wrong_fx(s, 1, 9, 4, fx_value);
   shardrt_model model{0};
@@ -59,6 +70,21 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
   shardrt_tensor t23{0};  // a valid 2 x 3 tensor
   CAPI_OK(shardrt_tensor_wrap(&t23, s.ctx, scratch, SHARDRT_F64, 2, shape2, nullptr, SHARDRT_LAYOUT_ROW_MAJOR,
                               SHARDRT_DEVICE_CPU, 0));
+  // Replicated pieces: a class output (1, 7) and a part (1, 5) of one; a time value (1,) and a zero box of it,
+  // and a time that differs on every rank, for a FLARE with time_input.
+  double out17[7] = {0}, out15[5] = {0}, time_here[1] = {0.5 + rank};
+  const int64_t shape17[2] = {1, 7}, shape15[2] = {1, 5}, one[1] = {1}, none[1] = {0}, zero_off[1] = {0};
+  shardrt_tensor t17{0}, t15{0}, t1{0}, t0{0};
+  CAPI_OK(shardrt_tensor_wrap(&t17, s.ctx, out17, SHARDRT_F64, 2, shape17, nullptr, 0, SHARDRT_DEVICE_CPU, 0));
+  CAPI_OK(shardrt_tensor_wrap(&t15, s.ctx, out15, SHARDRT_F64, 2, shape15, nullptr, 0, SHARDRT_DEVICE_CPU, 0));
+  CAPI_OK(shardrt_tensor_wrap(&t1, s.ctx, time_here, SHARDRT_F64, 1, one, nullptr, 0, SHARDRT_DEVICE_CPU, 0));
+  CAPI_OK(shardrt_tensor_wrap(&t0, s.ctx, nullptr, SHARDRT_F64, 1, none, nullptr, 0, SHARDRT_DEVICE_CPU, 0));
+  shardrt_sharded time_differs{0};
+  CAPI_OK(shardrt_sharded_create(&time_differs, s.mesh, t1, 1, one, zero_off));
+  shardrt_model timed{0};
+  CAPI_OK(shardrt_model_create(&timed, s.mesh, "flare", R"({"functional_dim": 3, "out_dim": 2, "embedding_dim": 2,
+      "n_layers": 1, "n_hidden": 16, "n_head": 2, "mlp_ratio": 1, "slice_num": 4, "time_input": true})", nullptr,
+                               SHARDRT_F64, 1));
   // This rank's point range of N = 9 (as Piece lays it out).
   const int64_t n = fx.n, off = fx.offset;
 
@@ -288,7 +314,82 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
        [&] { int64_t st = 0; return shardrt_checkpoint_load(opt, "/nonexistent/ckpt", &st); }, "ckpt"},
       {"checkpoint: dir NULL", SHARDRT_ERR_NULL_ARGUMENT, [&] { return shardrt_checkpoint_save(opt, nullptr); }, "dir"},
   };
+  // A model whose context was destroyed: every call but the destroys is SHARDRT_ERR_STATE.
+  shardrt_context ctx3{0};
+  shardrt_mesh mesh3{0};
+  shardrt_model orphan{0};
+  CAPI_OK(shardrt_context_create(&ctx3, MPI_COMM_WORLD, SHARDRT_AGREE_ERRORS));
+  CAPI_OK(shardrt_mesh_create(&mesh3, ctx3, MPI_COMM_WORLD, 1, P, SHARDRT_DEVICE_CPU));
+  CAPI_OK(shardrt_model_create(&orphan, mesh3, "flare", flare_config(), nullptr, SHARDRT_F64, 1));
+  CAPI_OK(shardrt_context_destroy(ctx3));
+  table.push_back({"model: a forward after its context was destroyed", SHARDRT_ERR_STATE,
+                   [&] { return shardrt_model_forward(orphan, out.sharded, 0); }, "context"});
+  table.push_back({"mesh: info after its context was destroyed", SHARDRT_ERR_STATE,
+                   [&] { int d = 0; return shardrt_mesh_info(mesh3, &d, nullptr, nullptr, nullptr); }, "destroyed"});
+  // Two weights files of the same FLARE config (seeds 1 and 2), for a rank that loads the other one.
+  const std::string dir = (std::filesystem::temp_directory_path() / ("shardrt_capi_errors_" + std::to_string(P))).string();
+  if (rank == 0) std::filesystem::create_directories(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string weights_a = dir + "/a.safetensors", weights_b = dir + "/b.safetensors";
+  CAPI_OK(shardrt_model_export(model, weights_a.c_str()));
+  {
+    shardrt_model m2{0};
+    CAPI_OK(shardrt_model_create(&m2, s.mesh, "flare", flare_config(), nullptr, SHARDRT_F64, 2));
+    CAPI_OK(shardrt_model_export(m2, weights_b.c_str()));
+    CAPI_OK(shardrt_model_destroy(m2));
+  }
+  std::string heads4 = flare_config();
+  const std::string two_heads = "\"n_head\": 2";
+  heads4.replace(heads4.find(two_heads), two_heads.size(), "\"n_head\": 4");
+  const size_t first_disagreeing = table.size();
   if (P > 1) {
+    // Collective calls whose arguments differ on one rank: the same error on every rank, naming the argument.
+    table.push_back({"model: one rank's config differs (n_head)", SHARDRT_ERR_VALUE,
+                     [&] { return create("flare", rank == 1 ? heads4.c_str() : flare_config(), nullptr, SHARDRT_F64); },
+                     "disagree on config"});
+    table.push_back({"model: one rank's seed differs", SHARDRT_ERR_VALUE,
+                     [&] {
+                       shardrt_model m{0};
+                       const shardrt_status st = shardrt_model_create(&m, s.mesh, "flare", flare_config(), nullptr,
+                                                                      SHARDRT_F64, static_cast<uint64_t>(rank));
+                       if (m.id) shardrt_model_destroy(m);
+                       return st;
+                     }, "disagree on seed"});
+    table.push_back({"model: one rank loads another weights file", SHARDRT_ERR_VALUE,
+                     [&] { return create("flare", flare_config(), (rank == 1 ? weights_b : weights_a).c_str(), SHARDRT_F64); },
+                     "disagree on weights"});
+    table.push_back({"model: one rank's dtype differs", SHARDRT_ERR_DTYPE,
+                     [&] { return create("flare", flare_config(), nullptr, rank == 1 ? SHARDRT_F32 : SHARDRT_F64); },
+                     "disagree on dtype"});
+    table.push_back({"optimizer: one rank's learning rate differs", SHARDRT_ERR_VALUE,
+                     [&] { return optimizer(rank == 1 ? R"({"optimizer": {"lr": 0.1}})" : R"({"optimizer": {"lr": 0.01}})"); },
+                     "disagree on config"});
+    table.push_back({"context: one rank's flags differ", SHARDRT_ERR_VALUE,
+                     [&] {
+                       shardrt_context c{0};
+                       const shardrt_status st = shardrt_context_create(&c, MPI_COMM_WORLD, rank == 1 ? 2 : 0);
+                       if (c.id) shardrt_context_destroy(c);
+                       return st;
+                     }, "disagree on flags"});
+    table.push_back({"mesh: one rank's ddp differs", SHARDRT_ERR_VALUE,
+                     [&] {
+                       shardrt_mesh m{0};
+                       const shardrt_status st = shardrt_mesh_create(&m, s.ctx, MPI_COMM_WORLD, rank == 1 ? -1 : 1, P, -1);
+                       if (m.id) shardrt_mesh_destroy(m);
+                       return st;
+                     }, "disagree on ddp"});
+    table.push_back({"forward: one rank's output has another global shape", SHARDRT_ERR_SHAPE,
+                     [&] { return shardrt_model_forward(model, rank == 1 ? wrong_out.sharded : out.sharded, 0); },
+                     "output's global shape"});
+    table.push_back({"forward: one rank passes a null output handle", SHARDRT_ERR_INVALID_HANDLE,
+                     [&] { return shardrt_model_forward(model, rank == 1 ? shardrt_sharded{0} : out.sharded, 0); },
+                     "output is the null"});
+    table.push_back({"train_step: one rank's target has another global shape", SHARDRT_ERR_SHAPE,
+                     [&] { double l = 0; return shardrt_train_step(opt, rank == 1 ? wrong_out.sharded : target.sharded, &l); },
+                     "target's global shape"});
+    table.push_back({"checkpoint: one rank saves to another directory", SHARDRT_ERR_VALUE,
+                     [&] { return shardrt_checkpoint_save(opt, (dir + "/ckpt" + (rank == 1 ? "1" : "0")).c_str()); },
+                     "disagree on dir"});
     // Ranks that disagree, or a single rank that is wrong: still the same status on every rank.
     table.push_back({"sharded: ranks disagree on the global shape", SHARDRT_ERR_SHAPE,
                      [&] { return sharded(fx.tensor, 3, {1, 9 + rank, 3}, {0, off, 0}); }, "disagree"});
@@ -301,6 +402,22 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
     table.push_back({"wrap+sharded: one rank wraps 2 dims", SHARDRT_ERR_SHAPE,
                      [&] { return rank == 1 ? sharded(t23, 3, {1, 9, 3}, {0, off, 0}) : sharded(fx.tensor, 3, {1, 9, 3}, {0, off, 0}); },
                      "dims"});
+    // Replicated tensors (every rank states the whole sample box) gone wrong.
+    table.push_back({"replicated: an input whose copies differ across the ranks (time = rank)", SHARDRT_ERR_VALUE,
+                     [&] {
+                       CAPI_OK(shardrt_model_set_input(timed, "fx", fx.sharded));
+                       CAPI_OK(shardrt_model_set_input(timed, "embedding", emb.sharded));
+                       CAPI_OK(shardrt_model_set_input(timed, "time", time_differs));
+                       return shardrt_model_forward(timed, out.sharded, 0);
+                     }, "replicated input 'time'"});
+    table.push_back({"replicated: one rank holds the whole output box, another a part of it", SHARDRT_ERR_SHAPE,
+                     [&] { return sharded(rank == 0 ? t17 : t15, 2, {1, 7}, {0, 0}); }, "replicated tensor"});
+    table.push_back({"replicated: the ranks' whole output boxes differ in shape", SHARDRT_ERR_SHAPE,
+                     [&] { return rank == 1 ? sharded(t15, 2, {1, 5}, {0, 0}) : sharded(t17, 2, {1, 7}, {0, 0}); },
+                     "disagree"});
+    table.push_back({"replicated: a time value on rank 0 only (the others a zero box)", SHARDRT_ERR_SHAPE,
+                     [&] { return sharded(rank == 0 ? t1 : t0, 1, {1}, {0}); }, "replicated"});
+    for (size_t i = first_disagreeing; i < table.size(); ++i) table[i].same_message = true;
   }
   CHECK(table.size() >= 40);
   for (const BadCall& b : table) {
@@ -317,6 +434,7 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
     MPI_Allreduce(&mine, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(&mine, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     CHECK(lo == hi);
+    if (b.same_message) CHECK(same_everywhere(msg));
   }
   // Nothing above broke the good handles: the model still trains.
   double loss = -1;
@@ -324,6 +442,13 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
   CAPI_OK(shardrt_train_step(opt, target.sharded, &loss));
   CHECK(std::isfinite(loss));
   shardrt_tensor_destroy(t23);
+  shardrt_sharded_destroy(time_differs);
+  for (shardrt_tensor t : {t17, t15, t1, t0}) shardrt_tensor_destroy(t);
+  shardrt_model_destroy(timed);
+  shardrt_model_destroy(orphan);
+  shardrt_mesh_destroy(mesh3);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::filesystem::remove_all(dir);
   shardrt_optimizer_destroy(opt);
   shardrt_model_destroy(fresh);
   shardrt_model_destroy(model);

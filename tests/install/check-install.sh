@@ -8,24 +8,35 @@
 #   meson      tests/install/meson: dependency('shardrt') found installed, and the same project with ShardRT as a
 #              subproject (configured from the source tree: the subproject's build is the main build's, so only
 #              its configuration is checked here)
-# Usage: check-install.sh <build dir> <source dir> <pkgconfig|cmake|meson>
+#   prefix     the C and Fortran examples built through pkg-config against the fresh prefix, then run with no
+#              environment at all but PATH (env -i; OpenMPI finds its own helper programs through it): on one rank
+#              as plain programs, on two under mpiexec with only OpenMPI's run-as-root permission added. The loader
+#              must find libshardrt and libshardrt_fortran in the prefix (RUNPATH: the .pc files' rpath, and
+#              $ORIGIN in libshardrt_fortran.so); the soname is libshardrt.so.0 and shardrt.pc requires MPI's C
+#              library only.
+# No consumer gets LD_LIBRARY_PATH: the scratch prefix is not on the loader's path, so every program finds the
+# installed libraries through its runpath, as a program built against any prefix must.
+# Usage: check-install.sh <build dir> <source dir> <pkgconfig|cmake|meson|prefix>
 set -euo pipefail
 build="$1"
 src="$2"
 kind="$3"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+# Out of the build dir: ctest starts this in it, and a `meson setup` of another project run from inside a meson build
+# dir deleted that build's shardrt.mod (which a later `meson install --no-rebuild` needs).
+cd "$work"
 dest="$work/dest"
 source "$src/tools/env.sh"
 export OMP_NUM_THREADS=1
 meson install -C "$build" --destdir "$dest" --quiet --no-rebuild
 libshardrt="$(find "$dest" -name 'libshardrt.so' | head -n 1)"
 libdir="$(dirname "$libshardrt")"
-export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# The scratch install is the install moved to $dest: its own .pc files are pointed there (a sysroot would move
-# MPI's paths as well).
-installed_prefix="$(sed -n 's/^prefix=//p' "$libdir/pkgconfig/shardrt.pc")"
-sed -i "s|^prefix=.*|prefix=$dest$installed_prefix|" "$libdir"/pkgconfig/shardrt*.pc
+installed_prefix="$(meson introspect "$build" --buildoptions | python3 -c \
+  'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')"
+# The .pc files are relocatable (prefix=${pcfiledir}/...): found where the install was staged, without edits.
+grep -q '^prefix=${pcfiledir}' "$libdir/pkgconfig/shardrt.pc" ||
+  { echo "check-install: shardrt.pc is not relocatable:"; cat "$libdir/pkgconfig/shardrt.pc"; exit 1; }
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 # A library built with -Db_sanitize (tools/test --sanitize) needs its sanitizer runtimes loaded first, which only a
 # program linked with the same -fsanitize gets: the consumers are built with it then, like any sanitized code base.
@@ -74,8 +85,40 @@ meson)
   grep -q "Dependency shardrt found: YES .* (overridden)" "$work/sub.log" ||
     { cat "$work/sub.log"; echo "check-install: the subproject did not provide dependency('shardrt')"; exit 1; }
   ;;
+prefix)
+  # libshardrt_fortran.so finds libshardrt.so by itself (a program linking only the Fortran library, or linked with
+  # --as-needed, has no rpath to lend it).
+  readelf -d "$libdir/libshardrt_fortran.so" | grep -q 'RUNPATH.*\[\$ORIGIN\]' ||
+    { echo "check-install: libshardrt_fortran.so has no \$ORIGIN runpath"; readelf -d "$libdir/libshardrt_fortran.so"; exit 1; }
+  # A versioned soname, and MPI's C library as the only MPI of shardrt.pc (not its C++ bindings).
+  readelf -d "$libshardrt" | grep -q 'SONAME.*\[libshardrt\.so\.0\]' ||
+    { echo "check-install: libshardrt.so's soname is not libshardrt.so.0"; readelf -d "$libshardrt"; exit 1; }
+  if ! grep -q '^Requires: mpi-c$' "$libdir/pkgconfig/shardrt.pc" || grep -q 'mpi-cxx\|ompi-cxx' "$libdir/pkgconfig/shardrt.pc"; then
+    echo "check-install: shardrt.pc must require MPI's C library (mpi-c) only:"; cat "$libdir/pkgconfig/shardrt.pc"
+    exit 1
+  fi
+  mkdir -p "$work/prefix"
+  # --as-needed: heat_blocks calls the Fortran module only, so it does not link libshardrt.so itself, and the
+  # loader must find that through libshardrt_fortran.so's own runpath.
+  make -s -C "$src/examples" O="$work/prefix" OPT="-O0 -Wl,--as-needed $consumer_flags" "$work/prefix/heat_insitu" \
+    "$work/prefix/heat_blocks"
+  for p in heat_insitu heat_blocks; do
+    # Each ShardRT library the program loads comes from the scratch prefix.
+    resolved="$(env -i LD_TRACE_LOADED_OBJECTS=1 "$work/prefix/$p" | grep 'libshardrt')"
+    echo "$resolved"
+    if echo "$resolved" | grep -v -q "=> $dest/"; then
+      echo "check-install: $p loads a ShardRT library from outside the prefix $dest"; exit 1
+    fi
+    # (A sanitized build's runtime options, when the suite set them, are the only other variables let through.)
+    bare=(env -i PATH=/usr/bin:/bin ${ASAN_OPTIONS:+"ASAN_OPTIONS=$ASAN_OPTIONS"}
+          ${LSAN_OPTIONS:+"LSAN_OPTIONS=$LSAN_OPTIONS"} ${UBSAN_OPTIONS:+"UBSAN_OPTIONS=$UBSAN_OPTIONS"})
+    timeout -k 5 60 "${bare[@]}" "$work/prefix/$p" 6 1 </dev/null | tail -n 1
+    timeout -k 5 60 "${bare[@]}" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+      mpiexec -n 2 --oversubscribe --bind-to none "$work/prefix/$p" 6 1 </dev/null | tail -n 1
+  done
+  ;;
 *)
-  echo "check-install.sh: unknown kind '$kind' (pkgconfig, cmake or meson)" >&2
+  echo "check-install.sh: unknown kind '$kind' (pkgconfig, cmake, meson or prefix)" >&2
   exit 2
   ;;
 esac

@@ -202,7 +202,7 @@ def check_case(case, spec, folder, src):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--physicsnemo-src", required=True)
+    p.add_argument("--physicsnemo-src", help="root of a checkout of NVIDIA/physicsnemo (needed for the ViT cases)")
     p.add_argument("--dir", required=True)
     p.add_argument("--cases", nargs="*", default=list(make_goldens.CASES))
     a = p.parse_args()
