@@ -1,5 +1,6 @@
-// N-d convolution (N = 1, 2, 3) by im2col + GEMM, and the non-overlapping transposed convolution used to turn
-// patch tokens back into a volume ("unpatchify").
+// N-d convolution (N = 1, 2, 3): f32 through oneDNN where the build has it (kernels/cpu/conv_onednn.h), otherwise
+// and for f64 by im2col + GEMM (the reference path, which the parity tests compare oneDNN against); and the
+// non-overlapping transposed convolution used to turn patch tokens back into a volume ("unpatchify").
 #pragma once
 #include <cstdint>
 
@@ -14,6 +15,21 @@ struct ConvGeometry {
   int64_t batch, c_in, c_out;
   int64_t in[3], out[3], kernel[3], stride[3], pad[3], dilation[3];
 };
+
+// Which implementation the f32 convolutions (conv_forward, conv_backward) run: oneDNN where the build links it
+// and has an optimised kernel for the shape (the default), or always im2col + GEMM (`reference`). The default can
+// be set with SHARDRT_CPU_CONV=reference|onednn (read once); set_conv_impl changes it for the whole process.
+// f64 always runs the reference path (oneDNN has no f64 convolution). Both paths give bits that do not depend on
+// the thread count.
+enum class ConvImpl { onednn, reference };
+ConvImpl conv_impl();
+void set_conv_impl(ConvImpl impl);
+// Whether this build links oneDNN (libdnnl); without it ConvImpl::onednn runs the reference path.
+bool conv_onednn_built();
+
+// Whether the f32 forward and backward of g run through oneDNN under the current conv_impl(): tests use it to know
+// which path they check. False without oneDNN and for shapes it leaves to im2col + GEMM.
+bool conv_runs_onednn(const ConvGeometry& g);
 
 // floor((in + 2·pad - dilation·(kernel - 1) - 1) / stride) + 1, or 0 when the dilated kernel does not fit.
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation);
