@@ -113,6 +113,18 @@ CellGrid::CellGrid(const double* pts, int64_t n, int64_t d, int64_t offset, int6
   }
 }
 
+double CellGrid::gap_along(int c, int64_t i, const double* q) const {
+  if (c >= gd_) return 0;
+  const double lo = lo_[c] + static_cast<double>(i) * h_[c] - pad_, hi = lo_[c] + static_cast<double>(i + 1) * h_[c] + pad_;
+  return q[c] < lo ? lo - q[c] : q[c] > hi ? q[c] - hi : 0.0;
+}
+
+int64_t CellGrid::home_cell(const double* q) const {
+  int64_t id = 0;
+  for (int c = 0; c < 3; ++c) id = id * cells_[c] + (c < gd_ ? cell_of(c, q[c]) : 0);
+  return id;
+}
+
 int64_t CellGrid::cell_of(int c, double x) const {
   const double t = (x - lo_[c]) / h_[c];
   if (!(t >= 0)) return 0;  // below the grid, or NaN
@@ -166,23 +178,36 @@ void CellGrid::search(std::vector<std::pair<double, int64_t>>& list, const doubl
     // The shell: cells at Chebyshev distance exactly s from home, clipped to the grid.
     int64_t lo[3], hi[3];
     for (int c = 0; c < 3; ++c) lo[c] = std::max<int64_t>(home[c] - s, 0), hi[c] = std::min(home[c] + s, cells_[c] - 1);
-    // Candidates within the bound as it stood when the shell began, merged into the list after it.
+    // Candidates within the bound as it stood when the shell began, merged into the list after it. Rows of cells
+    // beyond the bound in dims 0 and 1 are skipped whole, and along dim 2 only the cells within reach of what is
+    // left of the bound are looked at (one cell of margin against cell_of's rounding; visit tests each box).
     found.clear();
     const double wb = widened(b);
     int64_t cell[3];
-    for (cell[0] = lo[0]; cell[0] <= hi[0]; ++cell[0])
+    for (cell[0] = lo[0]; cell[0] <= hi[0]; ++cell[0]) {
+      const double g0 = gap_along(0, cell[0], q);
+      if (g0 * g0 > wb) continue;
       for (cell[1] = lo[1]; cell[1] <= hi[1]; ++cell[1]) {
+        const double g1 = gap_along(1, cell[1], q), rest = wb - g0 * g0 - g1 * g1;
+        if (rest < 0) continue;
+        int64_t z_lo = 0, z_hi = cells_[2] - 1;
+        if (gd_ == 3 && !std::isinf(rest)) {
+          const double r = std::sqrt(rest) + pad_;
+          z_lo = std::max<int64_t>(cell_of(2, q[2] - r) - 1, 0);
+          z_hi = std::min(cell_of(2, q[2] + r) + 1, cells_[2] - 1);
+        }
         if (std::abs(cell[0] - home[0]) == s || std::abs(cell[1] - home[1]) == s) {
-          for (cell[2] = lo[2]; cell[2] <= hi[2]; ++cell[2]) visit(found, q, cell, wb);
+          for (cell[2] = std::max(lo[2], z_lo); cell[2] <= std::min(hi[2], z_hi); ++cell[2]) visit(found, q, cell, wb);
           continue;
         }
         // Inside the shell's faces in dims 0 and 1, only the two cells at home[2] -+ s belong to it.
         for (const int64_t c2 : {home[2] - s, home[2] + s}) {
-          if (c2 < 0 || c2 >= cells_[2]) continue;
+          if (c2 < std::max<int64_t>(z_lo, 0) || c2 > std::min(z_hi, cells_[2] - 1)) continue;
           cell[2] = c2;
           visit(found, q, cell, wb);
         }
       }
+    }
     if (!found.empty()) b = merge(list, found, k, radius2);
   }
 }

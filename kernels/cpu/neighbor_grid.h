@@ -25,9 +25,13 @@ class CellGrid {
 
   // Offers to `list` (sorted (d2, index) pairs, at most k) every point of the block that could enter it.
   void search(std::vector<std::pair<double, int64_t>>& list, const double* q, int64_t k, double radius2) const;
+  // The cell q falls in (clamped to the grid): queries searched in this order share cells in cache.
+  int64_t home_cell(const double* q) const;
 
  private:
   int64_t cell_of(int c, double x) const;
+  // Distance along grid dim c from q to cell i's padded interval (0 inside it, and on dims past the grid's).
+  double gap_along(int c, int64_t i, const double* q) const;
   // Appends to `found` the points of cell (i0, i1, i2) within the bound b (squared), when the cell's padded box is.
   void visit(std::vector<std::pair<double, int64_t>>& found, const double* q, const int64_t* cell, double b) const;
 

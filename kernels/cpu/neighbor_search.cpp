@@ -120,9 +120,16 @@ BlockSearchStats merge_block_indexed(NeighborLists& best, const double* q, const
   if (use_grid()) {
     const CellGrid grid(pts, n, d, offset, k);
     stats.tree_built = true;
-#pragma omp parallel for schedule(dynamic, 256) if (nq > 1024)
+    // The queries that need the block, in the order of their cells (neighbouring queries read the same points);
+    // each list is still one query's own, so the order changes no result.
+    std::vector<std::pair<int64_t, int64_t>> order;
+    order.reserve(static_cast<size_t>(stats.searched));
     for (int64_t i = 0; i < nq; ++i)
-      if (needs[i]) grid.search(best[i], q + i * d, k, radius2);
+      if (needs[i]) order.push_back({grid.home_cell(q + i * d), i});
+    std::sort(order.begin(), order.end());
+    const int64_t m = static_cast<int64_t>(order.size());
+#pragma omp parallel for schedule(dynamic, 256) if (m > 1024)
+    for (int64_t j = 0; j < m; ++j) grid.search(best[order[j].second], q + order[j].second * d, k, radius2);
     return stats;
   }
 #if SHARDRT_WITH_NANOFLANN
