@@ -557,9 +557,10 @@ TEST_CASE("backend parity harness: every cpu case gives the same bits at 1 and 2
   }
 }
 
-// ---- the oneDNN convolutions against the im2col reference path (kernels/cpu/conv.h) ------------------------------
-// Every conv row of the table above, and rows that reach oneDNN's pieces, once with kernels::cpu::ConvImpl::onednn and once with ::reference, output and every input
-// grad: f32 within 1e-5, f64 within 1e-12 (f64 runs the reference path in both: oneDNN has no f64 convolution).
+// ---- the oneDNN and Winograd convolutions against the im2col reference path (kernels/cpu/conv.h) ---------------
+// Every conv row of the table above, and rows that reach oneDNN's pieces, with kernels::cpu::ConvImpl::onednn, with
+// ::automatic (Winograd for 3x3 stride 1) and with ::reference, output and every input grad: f32 within 1e-5, f64
+// within 1e-12 (f64 runs the reference path in every mode: neither oneDNN nor the Winograd kernel has f64).
 
 namespace {
 
@@ -590,34 +591,38 @@ Run run_with_conv_impl(kernels::cpu::ConvImpl impl, const ParityCase& c, const s
 
 }  // namespace
 
-TEST_CASE("backend parity: the oneDNN convolutions match the im2col reference path", "[backend][conv]") {
-  if (!kernels::cpu::conv_onednn_built()) {
-    WARN("skipped: this build has no oneDNN (libdnnl); the convolutions run the reference path only");
-    return;
-  }
+TEST_CASE("backend parity: the oneDNN and Winograd convolutions match the im2col reference path", "[backend][conv]") {
   std::vector<Op> rows;
   for (Op& op : spatial_and_index_ops())
     if (std::string(op.name).rfind("conv", 0) == 0) rows.push_back(std::move(op));
   for (Op& op : model_path_ops())
     if (std::string(op.name).find("conv2d") != std::string::npos) rows.push_back(std::move(op));
   for (Op& op : onednn_conv_rows()) rows.push_back(std::move(op));
-  size_t differing = 0;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    for (const DType dtype : {DType::f32, DType::f64}) {
-      const ParityCase c{std::string(rows[i].name) + (dtype == DType::f32 ? " [f32]" : " [f64]"), rows[i].inputs,
-                         dtype, dtype == DType::f32 ? 1e-5 : 1e-12, rows[i].domain, rows[i].fn};
-      INFO("case " << c.name);
-      const std::vector<Tensor> inputs = case_inputs(c, case_seed(700 + i));
-      const Run reference = run_with_conv_impl(kernels::cpu::ConvImpl::reference, c, inputs, case_seed(700 + i) + 1);
-      const Run onednn = run_with_conv_impl(kernels::cpu::ConvImpl::onednn, c, inputs, case_seed(700 + i) + 1);
-      const std::string why = mismatch(onednn, reference, c.tol);
-      INFO(why);
-      CHECK(why.empty());
-      if (dtype == DType::f32 && !mismatch(onednn, reference, 0.0).empty()) ++differing;
+  // onednn: oneDNN wherever it takes the shape; automatic: Winograd for the 3x3 stride-1 rows, oneDNN for the rest.
+  for (const kernels::cpu::ConvImpl impl : {kernels::cpu::ConvImpl::onednn, kernels::cpu::ConvImpl::automatic}) {
+    const bool onednn = impl == kernels::cpu::ConvImpl::onednn;
+    if (onednn && !kernels::cpu::conv_onednn_built()) {
+      WARN("skipped the oneDNN pass: this build has no oneDNN (libdnnl)");
+      continue;
     }
+    size_t differing = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (const DType dtype : {DType::f32, DType::f64}) {
+        const ParityCase c{std::string(rows[i].name) + (dtype == DType::f32 ? " [f32]" : " [f64]"), rows[i].inputs,
+                           dtype, dtype == DType::f32 ? 1e-5 : 1e-12, rows[i].domain, rows[i].fn};
+        INFO("case " << c.name << (onednn ? ", oneDNN" : ", automatic (Winograd / oneDNN)"));
+        const std::vector<Tensor> inputs = case_inputs(c, case_seed(700 + i));
+        const Run reference = run_with_conv_impl(kernels::cpu::ConvImpl::reference, c, inputs, case_seed(700 + i) + 1);
+        const Run fast = run_with_conv_impl(impl, c, inputs, case_seed(700 + i) + 1);
+        const std::string why = mismatch(fast, reference, c.tol);
+        INFO(why);
+        CHECK(why.empty());
+        if (dtype == DType::f32 && !mismatch(fast, reference, 0.0).empty()) ++differing;
+      }
+    }
+    // The rows compare different computations: oneDNN's and Winograd's f32 sums round differently from the GEMM's.
+    CHECK(differing > rows.size() / 2);
   }
-  // The rows compare two different computations: oneDNN's f32 sums round differently from the GEMM's.
-  CHECK(differing > rows.size() / 2);
 }
 
 TEST_CASE("backend parity harness: a rerun agrees exactly; a wrong output, grad or shape is reported", "[backend]") {

@@ -85,6 +85,7 @@ TEST_CASE("oneDNN conv matches dense fp64 loops and the im2col path, forward and
     WARN("skipped: this build has no oneDNN (libdnnl); f32 convolutions run the im2col path");
     return;
   }
+  const ConvImplScope onednn_only(cpu::ConvImpl::onednn);  // no Winograd for the 3x3 stride-1 cases
   for (const OnednnCase& oc : kCases) {
     const cpu::ConvGeometry g = oc.c.geometry();
     INFO("nd " << g.nd << " batch " << g.batch << " Cin " << g.c_in << " Cout " << g.c_out << " in " << g.in[0] << "x"
@@ -112,6 +113,7 @@ TEST_CASE("oneDNN conv computes only the grads asked for", "[kernels][cpu][conv]
     WARN("skipped: this build has no oneDNN (libdnnl)");
     return;
   }
+  const ConvImplScope onednn_only(cpu::ConvImpl::onednn);
   const cpu::ConvGeometry g = kCases[0].c.geometry();
   const Inputs in(g, 91);
   const Result all = run_f32(g, in.x, in.w, in.bias, in.gy);
@@ -130,6 +132,7 @@ TEST_CASE("oneDNN conv gives the same bits at 1, 2 and 3 threads", "[kernels][cp
     WARN("skipped: this build has no oneDNN (libdnnl)");
     return;
   }
+  const ConvImplScope onednn_only(cpu::ConvImpl::onednn);
   // Several channel groups, sample chunks and bands, so that the pieces spread over the threads.
   for (const size_t i : {size_t(0), size_t(1), size_t(6), size_t(7)}) {
     const cpu::ConvGeometry g = kCases[i].c.geometry();
