@@ -19,21 +19,22 @@ namespace {
 // 5-10% slower, 64 x 256 40% slower (the tile leaves L2's fast part).
 constexpr int64_t kQueryBlock = 64;
 // Head dims up to this many elements take the fused kernel. Measured on AVX2 against the BLAS-tiled kernel (CPU
-// time, forward / backward): D 16 (FLARE) 20-30% faster, D 32 10-20%, D 64 (ViT-S) 3-10%; wider heads keep BLAS.
-constexpr int64_t kMaxHeadDim = 64;
+// time, forward / backward): D 16 (FLARE) 20-30% faster, D 32 10-20%. At D 64 (ViT-S) it was only 3-10% faster and
+// its dQ rounded 2.5x more (f32 against fp64, N 4096: 7.4e-8 against 2.9e-8 worst), so 64 and wider keep BLAS.
+constexpr int64_t kMaxHeadDim = 32;
 // Below this many multiply-adds an OpenMP region costs more than it saves.
 constexpr int64_t kParallelWork = 1 << 16;
 
-// bt (d x n, leading dim n) = the rows x (n x d, leading dim d) transposed: the layout scores() reads. In 16 x 16
-// blocks, so that reads and writes both stay within a few cache lines.
+// bt (d x n, leading dim ld >= n) = the rows x (n x d, leading dim d) transposed: the layout scores() reads. In
+// 16 x 16 blocks, so that reads and writes both stay within a few cache lines.
 template <typename T>
-void transpose(int64_t n, int64_t d, const T* x, T* bt) {
+void transpose(int64_t n, int64_t d, const T* x, T* bt, int64_t ld) {
   constexpr int64_t B = 16;
   for (int64_t r0 = 0; r0 < n; r0 += B)
     for (int64_t c0 = 0; c0 < d; c0 += B) {
       const int64_t r1 = std::min(n, r0 + B), c1 = std::min(d, c0 + B);
       for (int64_t c = c0; c < c1; ++c)
-        for (int64_t r = r0; r < r1; ++r) bt[c * n + r] = x[r * d + c];
+        for (int64_t r = r0; r < r1; ++r) bt[c * ld + r] = x[r * d + c];
     }
 }
 
@@ -63,11 +64,18 @@ void forward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv, T scale,
   const int64_t n_qblocks = (Nq + kQueryBlock - 1) / kQueryBlock;
   const int64_t n_tasks = BH * n_qblocks;
   const bool parallel = n_tasks > 1 && BH * Nq * Nk * (D + Dv) > kParallelWork;
-  // Every head's K transposed once (D x Nk), for all of its query blocks: per task and key block it cost 13% of
-  // the ViT-shaped forward (6 heads x 4 query blocks of 256 keys, D 64).
-  std::vector<T> kt_all(static_cast<size_t>(BH * D * Nk));
-#pragma omp parallel for if (parallel && BH > 1) schedule(static)
-  for (int64_t bh = 0; bh < BH; ++bh) transpose(Nk, D, k + bh * Nk * D, kt_all.data() + bh * D * Nk);
+  // Every head's K transposed once, for all of its query blocks (per task and key block it had cost 13% of a
+  // 6-head, 4-query-block forward), block by block: key block b of head bh is D x kKeyBlock at
+  // ((bh * n_kblocks + b) * D) * kKeyBlock, so a tile's rows are kKeyBlock apart (a leading dim of Nk, 4096 say,
+  // put every row in the same L1 sets).
+  const int64_t n_kblocks = (Nk + kKeyBlock - 1) / kKeyBlock;
+  std::vector<T> kt_all(static_cast<size_t>(BH * n_kblocks * D * kKeyBlock));
+#pragma omp parallel for if (parallel && BH * n_kblocks > 1) schedule(static)
+  for (int64_t i = 0; i < BH * n_kblocks; ++i) {
+    const int64_t bh = i / n_kblocks, k0 = (i % n_kblocks) * kKeyBlock;
+    transpose(std::min(kKeyBlock, Nk - k0), D, k + (bh * Nk + k0) * D, kt_all.data() + i * D * kKeyBlock,
+              kKeyBlock);
+  }
 #pragma omp parallel if (parallel)
   {
     std::vector<T> qs(kQueryBlock * D), scores(kQueryBlock * kKeyBlock);
@@ -76,7 +84,7 @@ void forward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv, T scale,
     for (int64_t task = 0; task < n_tasks; ++task) {
       const int64_t bh = task / n_qblocks, q0 = (task % n_qblocks) * kQueryBlock;
       const int64_t bq = std::min(kQueryBlock, Nq - q0);
-      const T* kt_head = kt_all.data() + bh * D * Nk;
+      const T* kt_head = kt_all.data() + bh * n_kblocks * D * kKeyBlock;
       const T* v_head = v + bh * Nk * Dv;
       // The output block doubles as the unnormalised accumulator of exp(s - m) v.
       T* acc = out + (bh * Nq + q0) * Dv;
@@ -91,7 +99,8 @@ void forward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv, T scale,
       std::fill(row_sum.begin(), row_sum.end(), T(0));
       for (int64_t k0 = 0; k0 < Nk; k0 += kKeyBlock) {
         const int64_t bk = std::min(kKeyBlock, Nk - k0);
-        attention_tiles::scores(bq, bk, D, qs.data(), D, kt_head + k0, Nk, scores.data(), bk);
+        attention_tiles::scores(bq, bk, D, qs.data(), D, kt_head + (k0 / kKeyBlock) * D * kKeyBlock, kKeyBlock,
+                                scores.data(), bk);
         attention_rows::online_softmax_block(bq, bk, scores.data(), row_max.data(), row_sum.data(), acc, Dv, Dv);
         attention_tiles::combine_rows(bq, bk, Dv, scores.data(), bk, v_head + k0 * Dv, Dv, acc, Dv);
       }
@@ -123,8 +132,8 @@ void backward_task(int64_t Nq, int64_t D, int64_t Dv, T scale, const T* q_head, 
   }
   for (int64_t k0 = k_begin; k0 < k_end; k0 += kKeyBlock) {
     const int64_t bk = std::min(kKeyBlock, k_end - k0);
-    transpose(bk, D, k_head + k0 * D, kt.data());
-    transpose(bk, Dv, v_head + k0 * Dv, vt.data());
+    transpose(bk, D, k_head + k0 * D, kt.data(), bk);
+    transpose(bk, Dv, v_head + k0 * Dv, vt.data(), bk);
     for (int64_t q0 = 0; q0 < Nq; q0 += kQueryBlock) {
       const int64_t bq = std::min(kQueryBlock, Nq - q0);
       const T* qs_blk = qs.data() + q0 * D;

@@ -1,4 +1,4 @@
-// Fused attention for small head dims (FLARE's 16, GALE's 32, ViT-S's 64): the contract of kernels/cpu/attention.h's
+// Fused attention for small head dims (FLARE's 16, GALE's 32): the contract of kernels/cpu/attention.h's
 // attention_forward / attention_backward, computed tile by tile with the register-tiled products of
 // attention_tiles.h instead of BLAS calls. Per query block and key block the forward keeps the score tile in L1,
 // turns it into probabilities in place (scale folded into a copy of the query block, online softmax: the running

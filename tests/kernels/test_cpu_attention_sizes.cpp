@@ -26,9 +26,9 @@ const std::vector<AttnShape> kEdgeShapes = {
     {1, 65, 257, 65, 65},   // one past each block and an odd, wide head dim
     {2, 129, 7, 16, 3},     // fewer keys than a vector has lanes
     {3, 1, 300, 4, 5},      // a single query row over two key blocks
-    // The fused small-head kernel (head dims up to 64, kernels/cpu/attention_small.h): FLARE's two directions
-    // (64 latent queries over many points, many points over 64 latents), GALE's head dim 32, ViT-S's 64 and an odd
-    // 33 x 31 (65 above is past it: the BLAS-tiled kernel).
+    // The fused small-head kernel (head dims up to 32, kernels/cpu/attention_small.h): FLARE's two directions
+    // (64 latent queries over many points, many points over 64 latents), GALE's head dim 32, and past it an odd
+    // 33 x 31 and ViT-S's 64 (the BLAS-tiled kernel).
     {2, 64, 1100, 16, 16},
     {2, 600, 64, 16, 16},
     {1, 70, 300, 32, 32},
