@@ -22,6 +22,7 @@
 // maximum over ranks being the per-rank peak of the table, and the bytes of the parameter grads within it (f32,
 // replicated on every domain rank by design: the optimizer shards them over ddp, not over domain).
 #include <mpi.h>
+#include <time.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -50,6 +51,13 @@ extern "C" void openblas_set_num_threads(int);
 using namespace shardrt;
 
 namespace {
+
+// CPU time of the whole process (all threads), in ms.
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
+}
 
 const std::string kModels = "vit, flare, geo_gale, geo_fa or geo_local";
 
@@ -199,16 +207,23 @@ int timed(const std::string& name, const std::string& mode, int threads, int war
     }
   };
   for (int i = 0; i < warmup; ++i) step();
-  std::vector<double> ms;
+  // Wall clock, and the process's CPU time (all threads): on a shared machine the steadier figure, since waiting
+  // for a core is not counted.
+  std::vector<double> ms, cpu;
   for (int i = 0; i < iters; ++i) {
+    const double c0 = process_cpu_ms();
     const auto t0 = std::chrono::steady_clock::now();
     step();
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    cpu.push_back(process_cpu_ms() - c0);
   }
-  std::vector<double> sorted = ms;
+  std::vector<double> sorted = ms, cpu_sorted = cpu;
   std::sort(sorted.begin(), sorted.end());
-  const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
-                                          : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+  std::sort(cpu_sorted.begin(), cpu_sorted.end());
+  const auto median_of = [](const std::vector<double>& v) {
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  const double median = median_of(sorted);
   std::string sums = "{\"output\": " + checksum({out});
   if (bwd) {
     std::vector<Tensor> grads;
@@ -225,10 +240,10 @@ int timed(const std::string& name, const std::string& mode, int threads, int war
   }
   std::printf("{\"bench\": \"bench-models\", \"impl\": \"shardrt\", \"model\": \"%s\", \"mode\": \"%s\", \"threads\": %d, "
               "\"warmup\": %d, \"iters\": %d, \"params\": %lld, \"min_ms\": %.4f, \"median_ms\": %.4f, "
-              "\"peak_bytes\": %lld, \"checksum\": %s%s}\n",
+              "\"cpu_min_ms\": %.4f, \"cpu_median_ms\": %.4f, \"peak_bytes\": %lld, \"checksum\": %s%s}\n",
               name.c_str(), mode.c_str(), threads, warmup, iters, static_cast<long long>(model->num_parameters()),
-              sorted.front(), median, static_cast<long long>(memory_stats(Device::cpu()).peak_bytes), sums.c_str(),
-              search.c_str());
+              sorted.front(), median, cpu_sorted.front(), median_of(cpu_sorted),
+              static_cast<long long>(memory_stats(Device::cpu()).peak_bytes), sums.c_str(), search.c_str());
   return 0;
 }
 

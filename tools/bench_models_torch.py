@@ -248,13 +248,14 @@ def main():
     setup_rss = peak_rss_mib()
     for _ in range(ARGS.warmup):
         step()
-    ms = []
+    ms, cpu = [], []
     for _ in range(ARGS.iters):
         if timer:
             timer.ms = 0.0
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         step()
         ms.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
         if timer:
             search_ms.append(timer.ms)
     sums = {"output": checksum([state["out"]])}
@@ -264,6 +265,7 @@ def main():
            "threads": ARGS.threads, "warmup": ARGS.warmup, "iters": ARGS.iters,
            "params": sum(p.numel() for p in params),
            "min_ms": round(min(ms), 4), "median_ms": round(statistics.median(ms), 4),
+           "cpu_min_ms": round(min(cpu), 4), "cpu_median_ms": round(statistics.median(cpu), 4),
            "setup_rss_mib": round(setup_rss, 1), "peak_rss_mib": round(peak_rss_mib(), 1),
            "checksum": sums}
     if timer:

@@ -1,12 +1,14 @@
-// Convolution over 1-3 spatial dims (im2col + GEMM on the CPU, cuDNN on CUDA) and the non-overlapping transposed convolution
+// Convolution over 1-3 spatial dims (on the CPU Winograd, oneDNN or im2col + GEMM by shape: kernels/cpu/conv.h; cuDNN on
+// CUDA) and the non-overlapping transposed convolution
 // that turns patch tokens back into a volume. The ctx keeps x and w (what the weight and input grads need)
 // and which inputs want a grad, so that the expensive input grad is skipped for data that needs none.
 //
 // Autocast (autograd/autocast.h), for f32 x and w inside a bf16/f16 scope, conv and conv_transpose alike:
 //   forward   y = conv(round(x), round(w)) + b, accumulated in f32, y f32 (the bias is added in f32);
 //   backward  dx, dw from round(dy) and the operands as saved (rounded), in f32; db = sum of the unrounded dy.
-// Both backends run their f32 convolution over f32-held rounded values (OperandForm::f32_rounded): exact 16-bit
-// products with f32 accumulation on the CPU (im2col + sgemm); on CUDA cuDNN's f32 FMA algorithms over the same
+// Both backends run their f32 convolution over f32-held rounded values (OperandForm::f32_rounded): on the CPU exact
+// 16-bit products with f32 accumulation on the im2col path, f32 transforms and sums on the Winograd and oneDNN
+// ones (kernels/cpu/conv.h); on CUDA cuDNN's f32 FMA algorithms over the same
 // values — cuDNN's 16-bit configurations write 16-bit outputs, which autocast's f32 output would round away.
 #include <climits>
 #include <optional>

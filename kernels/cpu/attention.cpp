@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_simd.h"
+#include "kernels/cpu/attention_small.h"
 #include "kernels/cpu/gemm.h"
 
 namespace shardrt::kernels::cpu {
@@ -38,6 +39,11 @@ constexpr int64_t kBackwardTasks = 8;
 template <typename T>
 void attention_forward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t Dv, T scale, const T* q, const T* k,
                        const T* v, T* out, T* lse) {
+  // Small head dims: the fused kernel (BLAS calls per 16-wide tile cost more than their arithmetic).
+  if (attention_small::takes(D, Dv)) {
+    attention_small::forward(BH, Nq, Nk, D, Dv, scale, q, k, v, out, lse);
+    return;
+  }
   const int64_t n_qblocks = (Nq + kQueryBlock - 1) / kQueryBlock;
   const int64_t n_tasks = BH * n_qblocks;
   const int64_t keys_per_tile = key_block(D, Dv);
@@ -85,7 +91,8 @@ void attention_backward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t D
   // Task (head, key group) owns dK and dV of its keys outright and sums its share of dQ over those keys; group
   // 0 writes dQ in place, the others into scratch that is added afterwards in group order, so every sum runs in
   // the same order whatever the thread count.
-  const int64_t keys_per_tile = key_block(D, Dv);
+  const bool small = attention_small::takes(D, Dv);
+  const int64_t keys_per_tile = small ? attention_small::kKeyBlock : key_block(D, Dv);
   const int64_t n_kblocks = (Nk + keys_per_tile - 1) / keys_per_tile;
   const int64_t groups =
       std::clamp<int64_t>((kBackwardTasks + BH - 1) / std::max<int64_t>(BH, 1), 1, std::max<int64_t>(n_kblocks, 1));
@@ -94,59 +101,64 @@ void attention_backward(int64_t BH, int64_t Nq, int64_t Nk, int64_t D, int64_t D
   const bool parallel = n_tasks > 1 && BH * Nq * Nk * (D + Dv) > kParallelWork;
   std::vector<T> partial_gq((groups - 1) * BH * Nq * D);
 
+  if (small) {
+    attention_small::backward(BH, Nq, Nk, D, Dv, scale, q, k, v, out, lse, grad_out, grad_lse, grad_q, grad_k, grad_v,
+                              groups, kblocks_per_group * keys_per_tile, partial_gq.data(), parallel);
+  } else {
 #pragma omp parallel if (parallel)
-  {
-    std::vector<T> prob(kQueryBlock * keys_per_tile);
-    std::vector<T> grad_score(kQueryBlock * keys_per_tile);
-    std::vector<T> row_term(kQueryBlock);
+    {
+      std::vector<T> prob(kQueryBlock * keys_per_tile);
+      std::vector<T> grad_score(kQueryBlock * keys_per_tile);
+      std::vector<T> row_term(kQueryBlock);
 
 #pragma omp for schedule(static)
-    for (int64_t task = 0; task < n_tasks; ++task) {
-      const int64_t bh = task / groups, group = task % groups;
-      const int64_t k_begin = std::min(Nk, group * kblocks_per_group * keys_per_tile);
-      const int64_t k_end = std::min(Nk, (group + 1) * kblocks_per_group * keys_per_tile);
-      const T* q_head = q + bh * Nq * D;
-      const T* k_head = k + bh * Nk * D;
-      const T* v_head = v + bh * Nk * Dv;
-      const T* out_head = out + bh * Nq * Dv;
-      const T* gout_head = grad_out + bh * Nq * Dv;
-      const T* lse_head = lse + bh * Nq;
-      T* gq_head = group == 0 ? grad_q + bh * Nq * D : partial_gq.data() + ((group - 1) * BH + bh) * Nq * D;
-      T* gk_head = grad_k + bh * Nk * D;
-      T* gv_head = grad_v + bh * Nk * Dv;
-      std::fill(gq_head, gq_head + Nq * D, T(0));
-      std::fill(gk_head + k_begin * D, gk_head + k_end * D, T(0));
-      std::fill(gv_head + k_begin * Dv, gv_head + k_end * Dv, T(0));
-      if (k_begin == k_end) continue;
+      for (int64_t task = 0; task < n_tasks; ++task) {
+        const int64_t bh = task / groups, group = task % groups;
+        const int64_t k_begin = std::min(Nk, group * kblocks_per_group * keys_per_tile);
+        const int64_t k_end = std::min(Nk, (group + 1) * kblocks_per_group * keys_per_tile);
+        const T* q_head = q + bh * Nq * D;
+        const T* k_head = k + bh * Nk * D;
+        const T* v_head = v + bh * Nk * Dv;
+        const T* out_head = out + bh * Nq * Dv;
+        const T* gout_head = grad_out + bh * Nq * Dv;
+        const T* lse_head = lse + bh * Nq;
+        T* gq_head = group == 0 ? grad_q + bh * Nq * D : partial_gq.data() + ((group - 1) * BH + bh) * Nq * D;
+        T* gk_head = grad_k + bh * Nk * D;
+        T* gv_head = grad_v + bh * Nk * Dv;
+        std::fill(gq_head, gq_head + Nq * D, T(0));
+        std::fill(gk_head + k_begin * D, gk_head + k_end * D, T(0));
+        std::fill(gv_head + k_begin * Dv, gv_head + k_end * Dv, T(0));
+        if (k_begin == k_end) continue;
 
-      for (int64_t q0 = 0; q0 < Nq; q0 += kQueryBlock) {
-        const int64_t bq = std::min(kQueryBlock, Nq - q0);
-        const T* q_blk = q_head + q0 * D;
-        const T* gout_blk = gout_head + q0 * Dv;
-        T* gq_blk = gq_head + q0 * D;
-        // dS_ij = P_ij (dP_ij - row_term_i) with row_term_i = Σ_c dO_ic O_ic - grad_lse_i: the first part is the
-        // softmax Jacobian applied to dP, the second is d lse_i / d s_ij = P_ij.
-        for (int64_t i = 0; i < bq; ++i) {
-          const T* o_row = out_head + (q0 + i) * Dv;
-          const T* go_row = gout_blk + i * Dv;
-          double delta = 0;
-          for (int64_t c = 0; c < Dv; ++c) delta += double(go_row[c]) * double(o_row[c]);
-          row_term[i] = T(delta) - (grad_lse ? grad_lse[bh * Nq + q0 + i] : T(0));
-        }
+        for (int64_t q0 = 0; q0 < Nq; q0 += kQueryBlock) {
+          const int64_t bq = std::min(kQueryBlock, Nq - q0);
+          const T* q_blk = q_head + q0 * D;
+          const T* gout_blk = gout_head + q0 * Dv;
+          T* gq_blk = gq_head + q0 * D;
+          // dS_ij = P_ij (dP_ij - row_term_i) with row_term_i = Σ_c dO_ic O_ic - grad_lse_i: the first part is the
+          // softmax Jacobian applied to dP, the second is d lse_i / d s_ij = P_ij.
+          for (int64_t i = 0; i < bq; ++i) {
+            const T* o_row = out_head + (q0 + i) * Dv;
+            const T* go_row = gout_blk + i * Dv;
+            double delta = 0;
+            for (int64_t c = 0; c < Dv; ++c) delta += double(go_row[c]) * double(o_row[c]);
+            row_term[i] = T(delta) - (grad_lse ? grad_lse[bh * Nq + q0 + i] : T(0));
+          }
 
-        for (int64_t k0 = k_begin; k0 < k_end; k0 += keys_per_tile) {
-          const int64_t bk = std::min(keys_per_tile, k_end - k0);
-          const T* k_blk = k_head + k0 * D;
-          const T* v_blk = v_head + k0 * Dv;
-          gemm(false, true, bq, bk, D, scale, q_blk, D, k_blk, D, T(0), prob.data(), bk);
-          attention_rows::probabilities(bq, bk, prob.data(), lse_head + q0);
-          // dV += Pᵀ dO, dP = dO Vᵀ
-          gemm(true, false, bk, Dv, bq, T(1), prob.data(), bk, gout_blk, Dv, T(1), gv_head + k0 * Dv, Dv);
-          gemm(false, true, bq, bk, Dv, T(1), gout_blk, Dv, v_blk, Dv, T(0), grad_score.data(), bk);
-          attention_rows::softmax_grad(bq, bk, prob.data(), grad_score.data(), row_term.data());
-          // dQ += scale dS K, dK += scale dSᵀ Q
-          gemm(false, false, bq, D, bk, scale, grad_score.data(), bk, k_blk, D, T(1), gq_blk, D);
-          gemm(true, false, bk, D, bq, scale, grad_score.data(), bk, q_blk, D, T(1), gk_head + k0 * D, D);
+          for (int64_t k0 = k_begin; k0 < k_end; k0 += keys_per_tile) {
+            const int64_t bk = std::min(keys_per_tile, k_end - k0);
+            const T* k_blk = k_head + k0 * D;
+            const T* v_blk = v_head + k0 * Dv;
+            gemm(false, true, bq, bk, D, scale, q_blk, D, k_blk, D, T(0), prob.data(), bk);
+            attention_rows::probabilities(bq, bk, prob.data(), lse_head + q0);
+            // dV += Pᵀ dO, dP = dO Vᵀ
+            gemm(true, false, bk, Dv, bq, T(1), prob.data(), bk, gout_blk, Dv, T(1), gv_head + k0 * Dv, Dv);
+            gemm(false, true, bq, bk, Dv, T(1), gout_blk, Dv, v_blk, Dv, T(0), grad_score.data(), bk);
+            attention_rows::softmax_grad(bq, bk, prob.data(), grad_score.data(), row_term.data());
+            // dQ += scale dS K, dK += scale dSᵀ Q
+            gemm(false, false, bq, D, bk, scale, grad_score.data(), bk, k_blk, D, T(1), gq_blk, D);
+            gemm(true, false, bk, D, bq, scale, grad_score.data(), bk, q_blk, D, T(1), gk_head + k0 * D, D);
+          }
         }
       }
     }

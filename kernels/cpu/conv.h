@@ -1,5 +1,7 @@
-// N-d convolution (N = 1, 2, 3) by im2col + GEMM, and the non-overlapping transposed convolution used to turn
-// patch tokens back into a volume ("unpatchify").
+// N-d convolution (N = 1, 2, 3): f32 by Winograd F(2x2, 3x3) or through oneDNN where they take the shape
+// (ConvImpl below), otherwise and for f64 by im2col + GEMM (the reference path, which the parity tests compare the
+// others against); and the non-overlapping transposed convolution used to turn patch tokens back into a volume
+// ("unpatchify").
 #pragma once
 #include <cstdint>
 
@@ -14,6 +16,25 @@ struct ConvGeometry {
   int64_t batch, c_in, c_out;
   int64_t in[3], out[3], kernel[3], stride[3], pad[3], dilation[3];
 };
+
+// Which implementation the f32 convolutions (conv_forward, conv_backward) run:
+//   automatic  (the default) Winograd F(2x2, 3x3) for 3x3 stride-1 2-d kernels (kernels/cpu/conv_winograd.h),
+//              oneDNN for the other kernels with overlapping windows where the build links it and it has an
+//              optimised kernel for the shape (kernels/cpu/conv_onednn.h), im2col + GEMM for the rest;
+//   onednn     oneDNN where it takes the shape (no Winograd), else im2col + GEMM;
+//   reference  always im2col + GEMM, the path the parity tests compare the others against.
+// The default can be set with SHARDRT_CPU_CONV=auto|onednn|reference (read once); set_conv_impl changes it for the
+// whole process. f64 always runs the reference path. Every path gives bits that do not depend on the thread count.
+enum class ConvImpl { automatic, onednn, reference };
+ConvImpl conv_impl();
+void set_conv_impl(ConvImpl impl);
+// Whether this build links oneDNN (libdnnl); without it ConvImpl::onednn runs the reference path.
+bool conv_onednn_built();
+
+// Whether the f32 forward and backward of g run through oneDNN, or through Winograd, under the current conv_impl():
+// tests use them to know which path they check.
+bool conv_runs_onednn(const ConvGeometry& g);
+bool conv_runs_winograd(const ConvGeometry& g);
 
 // floor((in + 2·pad - dilation·(kernel - 1) - 1) / stride) + 1, or 0 when the dilated kernel does not fit.
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation);

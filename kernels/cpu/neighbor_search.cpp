@@ -2,10 +2,14 @@
 // KD-tree (nanoflann) with bounding-box skipping, both merging exactly by (squared distance, global index).
 #include "kernels/cpu/neighbor_search.h"
 #include "kernels/neighbor_search_config.h"  // generated: SHARDRT_WITH_NANOFLANN
+#include "kernels/cpu/neighbor_grid.h"
+#include "kernels/cpu/neighbor_rules.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #if SHARDRT_WITH_NANOFLANN
 #include <nanoflann.hpp>
@@ -13,44 +17,9 @@
 
 namespace shardrt::kernels::cpu {
 
+using namespace neighbor_rules;
+
 namespace {
-
-using List = std::vector<std::pair<double, int64_t>>;
-
-// The one squared distance every path uses: differences summed in dim order, in f64.
-inline double dist2(const double* a, const double* b, int64_t d) {
-  double s = 0;
-  for (int64_t c = 0; c < d; ++c) {
-    const double diff = a[c] - b[c];
-    s += diff * diff;
-  }
-  return s;
-}
-
-// Inserts (d2, index) when it belongs among the k best with d2 <= radius2.
-inline void offer(List& list, double d2, int64_t index, int64_t k, double radius2) {
-  if (!(d2 <= radius2)) return;
-  const std::pair<double, int64_t> cand{d2, index};
-  if (static_cast<int64_t>(list.size()) == k && !(cand < list.back())) return;
-  list.insert(std::upper_bound(list.begin(), list.end(), cand), cand);
-  if (static_cast<int64_t>(list.size()) > k) list.pop_back();
-}
-
-// No point farther than this can enter the list (ties at it can, by index).
-inline double bound(const List& list, int64_t k, double radius2) {
-  return static_cast<int64_t>(list.size()) == k ? std::min(radius2, list.back().first) : radius2;
-}
-
-// Squared distance from q to the box [lo, hi]: a lower bound of dist2(q, p) for every p in the box, also in
-// floating point (each gap is at most |q_c - p_c| after rounding, squares and the in-order sum are monotone).
-inline double box_dist2(const double* q, const double* lo, const double* hi, int64_t d) {
-  double s = 0;
-  for (int64_t c = 0; c < d; ++c) {
-    const double gap = q[c] < lo[c] ? lo[c] - q[c] : (q[c] > hi[c] ? q[c] - hi[c] : 0.0);
-    s += gap * gap;
-  }
-  return s;
-}
 
 #if SHARDRT_WITH_NANOFLANN
 // The block as nanoflann's dataset: row-major n x d doubles.
@@ -102,13 +71,22 @@ struct ListResult {
 };
 #endif
 
+// The cell grid unless SHARDRT_NEIGHBOR_INDEX=kdtree (read once: the side-by-side measurement against the tree).
+bool use_grid() {
+  static const bool grid = [] {
+    const char* env = std::getenv("SHARDRT_NEIGHBOR_INDEX");
+    return !(env && std::string(env) == "kdtree");
+  }();
+  return grid;
+}
+
 }  // namespace
 
 bool neighbor_index_available() {
 #if SHARDRT_WITH_NANOFLANN
   return true;
 #else
-  return false;
+  return use_grid();
 #endif
 }
 
@@ -139,6 +117,21 @@ BlockSearchStats merge_block_indexed(NeighborLists& best, const double* q, const
   }
   stats.skipped = nq - stats.searched;
   if (stats.searched == 0) return stats;
+  if (use_grid()) {
+    const CellGrid grid(pts, n, d, offset, k);
+    stats.tree_built = true;
+    // The queries that need the block, in the order of their cells (neighbouring queries read the same points);
+    // each list is still one query's own, so the order changes no result.
+    std::vector<std::pair<int64_t, int64_t>> order;
+    order.reserve(static_cast<size_t>(stats.searched));
+    for (int64_t i = 0; i < nq; ++i)
+      if (needs[i]) order.push_back({grid.home_cell(q + i * d), i});
+    std::sort(order.begin(), order.end());
+    const int64_t m = static_cast<int64_t>(order.size());
+#pragma omp parallel for schedule(dynamic, 256) if (m > 1024)
+    for (int64_t j = 0; j < m; ++j) grid.search(best[order[j].second], q + order[j].second * d, k, radius2);
+    return stats;
+  }
 #if SHARDRT_WITH_NANOFLANN
   const BlockPoints block{pts, n, d};
   Tree tree(static_cast<int>(d), block, nanoflann::KDTreeSingleIndexAdaptorParams(16));

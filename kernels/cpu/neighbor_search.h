@@ -5,12 +5,13 @@
 // fewer than k; so the lists after any sequence of blocks are the same whatever the blocks' order or split, and
 // the same for both methods below, bit for bit.
 //
-// merge_block_indexed builds a KD-tree (nanoflann, when the build found it; otherwise it falls back to the brute
-//   force loop) over the block and, per query, first skips the block when the distance from the query to the
-//   block's bounding box exceeds its current bound (radius2, or the k-th best distance once the list is full: no
-//   point of the block could enter); every other query walks the tree with that bound (ties at the bound are
-//   admitted, the pruning gets a relative margin of 1e-12 against the tree's rounding, and every admitted point
-//   is then compared exactly as above). The whole block is skipped (no tree built) when no query needs it.
+// merge_block_indexed first skips, per query, the block when the distance from the query to the block's bounding
+//   box exceeds its current bound (radius2, or the k-th best distance once the list is full: no point of the block
+//   could enter), and the whole block (no index built) when no query needs it. The others search an index of the
+//   block with that bound: a uniform cell grid (kernels/cpu/neighbor_grid.h; the default), or, with
+//   SHARDRT_NEIGHBOR_INDEX=kdtree, a KD-tree (nanoflann, when the build found it; otherwise the brute-force loop).
+//   Either prunes with a relative margin of 1e-12 against its own rounding, admits ties at the bound, and compares
+//   every point it reaches exactly as above.
 // merge_block_brute is the reference: every query against every point, O(nq * n * d).
 // Both are O(nq * k) in memory besides the tree (O(n)); queries run in parallel (OpenMP), each list touched by
 // one thread only.
@@ -37,7 +38,8 @@ void merge_block_brute(NeighborLists& best, const double* q, const double* pts, 
 BlockSearchStats merge_block_indexed(NeighborLists& best, const double* q, const double* pts, int64_t n, int64_t d,
                                      int64_t offset, int64_t k, double radius2);
 
-// Whether merge_block_indexed uses a KD-tree in this build (nanoflann found), rather than its brute-force fallback.
+// Whether merge_block_indexed searches an index (the grid, or the KD-tree where nanoflann was found) rather than the
+// brute-force loop.
 bool neighbor_index_available();
 
 }  // namespace shardrt::kernels::cpu

@@ -144,7 +144,10 @@ HWY_INLINE hn::Vec<D> NormalUpperTailF32(D d, hn::Vec<D> a, hn::Vec<D>& gauss) {
   // min keeps t finite (not 0 * inf) at a = inf, where gauss is already 0.
   const V s = hn::MulAdd(hn::Min(a, hn::Set(d, 14.0f)), hn::Set(d, 0.21f), hn::Set(d, 1.0f));
   const V t0 = hn::ApproximateReciprocal(s);
-  const V t = hn::Mul(t0, hn::NegMulAdd(s, t0, hn::Set(d, 2.0f)));
+  // At s = 1 (|x| below 3e-8) t must be exactly 1, so that Q(0) is P(1) = 0.5 as on AVX-512, where rcp14(1) is
+  // exact: AVX2's 12-bit rcp and one Newton step leave 1 - 2^-24, and GELU'(0) came out one ulp below 0.5.
+  const V one = hn::Set(d, 1.0f);
+  const V t = hn::IfThenElse(hn::Eq(s, one), one, hn::Mul(t0, hn::NegMulAdd(s, t0, hn::Set(d, 2.0f))));
   V p = hn::Set(d, -0.0716563389f);
   for (float c : {0.283588827f, -0.330254078f, 0.349401981f, -0.0939259678f, 0.124873087f, 0.0691920668f,
                   0.0850688741f, 0.083711572f}) {

@@ -18,7 +18,9 @@
 #include "autograd/ops/attention_block.h"
 #include "runtime/cuda_context.h"
 #include "runtime/factories.h"
+#include "kernels/cpu/conv.h"
 #include "tests/autograd/op_testing.h"
+#include "tests/kernels/cpu_kernel_cases.h"
 #include "tests/support/threads.h"
 
 using namespace shardrt;
@@ -552,6 +554,74 @@ TEST_CASE("backend parity harness: every cpu case gives the same bits at 1 and 2
     const std::string why = mismatch(two, one, 0.0);
     INFO(why);
     CHECK(why.empty());
+  }
+}
+
+// ---- the oneDNN and Winograd convolutions against the im2col reference path (kernels/cpu/conv.h) ---------------
+// Every conv row of the table above, and rows that reach oneDNN's pieces, with kernels::cpu::ConvImpl::onednn, with
+// ::automatic (Winograd for 3x3 stride 1) and with ::reference, output and every input grad: f32 within 1e-5, f64
+// within 1e-12 (f64 runs the reference path in every mode: neither oneDNN nor the Winograd kernel has f64).
+
+namespace {
+
+// Sums of at most about 200 terms per output (the table's scale: f32 stays within 1e-5 of f64 at that length), but
+// several channel groups (32 + 32, 32 + 18), sample chunks, bands of output rows (256 output positions each) with the
+// shorter last band, and oneDNN's plain-input kernel for 3 channels.
+std::vector<Op> onednn_conv_rows() {
+  using In = const std::vector<Tensor>&;
+  return {
+      {"conv2d 3x1 64 -> 64, two samples, 60 rows", {{2, 64, 60, 10}, {64, 64, 3, 1}, {64}}, 1e-5, Domain::normal,
+       [](In x) { return conv2d(x[0], x[1], x[2], 1, 1); }},
+      {"conv2d 1x3 of a channels-last grid, 40 -> 50", {{1, 31, 11, 40}, {50, 40, 1, 3}, {50}}, 1e-5, Domain::normal,
+       [](In x) { return conv2d(permute(x[0], {0, 3, 1, 2}), x[1], x[2], 1, 1); }},
+      {"conv2d 3x3 3 -> 20 over 30 x 12 (plain input)", {{1, 3, 30, 12}, {20, 3, 3, 3}, {20}}, 1e-5, Domain::normal,
+       [](In x) { return conv2d(x[0], x[1], x[2], 1, 1); }},
+      {"conv1d 5-tap 35 -> 20", {{3, 35, 40}, {20, 35, 5}, {20}}, 1e-5, Domain::normal,
+       [](In x) { return conv1d(x[0], x[1], x[2], 1, 2); }},
+      {"conv3d 3x3x3 8 -> 17, stride 2", {{2, 8, 5, 6, 7}, {17, 8, 3, 3, 3}}, 1e-5, Domain::normal,
+       [](In x) { return conv3d(x[0], x[1], Tensor(), 2, 1); }},
+  };
+}
+
+Run run_with_conv_impl(kernels::cpu::ConvImpl impl, const ParityCase& c, const std::vector<Tensor>& inputs,
+                       uint64_t grad_seed) {
+  const test::ConvImplScope scope(impl);
+  return run_case(c, inputs, grad_seed, c.dtype, Device::cpu());
+}
+
+}  // namespace
+
+TEST_CASE("backend parity: the oneDNN and Winograd convolutions match the im2col reference path", "[backend][conv]") {
+  std::vector<Op> rows;
+  for (Op& op : spatial_and_index_ops())
+    if (std::string(op.name).rfind("conv", 0) == 0) rows.push_back(std::move(op));
+  for (Op& op : model_path_ops())
+    if (std::string(op.name).find("conv2d") != std::string::npos) rows.push_back(std::move(op));
+  for (Op& op : onednn_conv_rows()) rows.push_back(std::move(op));
+  // onednn: oneDNN wherever it takes the shape; automatic: Winograd for the 3x3 stride-1 rows, oneDNN for the rest.
+  for (const kernels::cpu::ConvImpl impl : {kernels::cpu::ConvImpl::onednn, kernels::cpu::ConvImpl::automatic}) {
+    const bool onednn = impl == kernels::cpu::ConvImpl::onednn;
+    if (onednn && !kernels::cpu::conv_onednn_built()) {
+      WARN("skipped the oneDNN pass: this build has no oneDNN (libdnnl)");
+      continue;
+    }
+    size_t differing = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (const DType dtype : {DType::f32, DType::f64}) {
+        const ParityCase c{std::string(rows[i].name) + (dtype == DType::f32 ? " [f32]" : " [f64]"), rows[i].inputs,
+                           dtype, dtype == DType::f32 ? 1e-5 : 1e-12, rows[i].domain, rows[i].fn};
+        INFO("case " << c.name << (onednn ? ", oneDNN" : ", automatic (Winograd / oneDNN)"));
+        const std::vector<Tensor> inputs = case_inputs(c, case_seed(700 + i));
+        const Run reference = run_with_conv_impl(kernels::cpu::ConvImpl::reference, c, inputs, case_seed(700 + i) + 1);
+        const Run fast = run_with_conv_impl(impl, c, inputs, case_seed(700 + i) + 1);
+        const std::string why = mismatch(fast, reference, c.tol);
+        INFO(why);
+        CHECK(why.empty());
+        if (dtype == DType::f32 && !mismatch(fast, reference, 0.0).empty()) ++differing;
+      }
+    }
+    // The rows compare different computations: oneDNN's and Winograd's f32 sums round differently from the GEMM's.
+    CHECK(differing > rows.size() / 2);
   }
 }
 

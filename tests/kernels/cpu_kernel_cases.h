@@ -71,4 +71,50 @@ inline const std::vector<ConvCase>& conv_cases() {
   return cases;
 }
 
+// Dense backward from the definition y[b,co,o] = bias[co] + Σ_ci,tap x[b,ci,o·s - p + tap·d] w[co,ci,tap].
+inline void dense_conv_backward(const kernels::cpu::ConvGeometry& g, const Vec& x, const Vec& w, const Vec& gy,
+                                Vec& gx, Vec& gw, Vec& gbias) {
+  const int64_t in_vol = prod(g.in, 3), out_vol = prod(g.out, 3), taps = prod(g.kernel, 3);
+  gx.assign(x.size(), 0.0);
+  gw.assign(w.size(), 0.0);
+  gbias.assign(g.c_out, 0.0);
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t co = 0; co < g.c_out; ++co)
+      for (int64_t o = 0; o < out_vol; ++o) {
+        const double dy = gy[(b * g.c_out + co) * out_vol + o];
+        gbias[co] += dy;
+        const int64_t oi[3] = {o / (g.out[1] * g.out[2]), (o / g.out[2]) % g.out[1], o % g.out[2]};
+        for (int64_t t = 0; t < taps; ++t) {
+          const int64_t ti[3] = {t / (g.kernel[1] * g.kernel[2]), (t / g.kernel[2]) % g.kernel[1], t % g.kernel[2]};
+          int64_t at = 0;
+          bool inside = true;
+          for (int d = 0; d < 3; ++d) {
+            const int64_t i = oi[d] * g.stride[d] - g.pad[d] + ti[d] * g.dilation[d];
+            inside = inside && i >= 0 && i < g.in[d];
+            at = at * g.in[d] + i;
+          }
+          if (!inside) continue;
+          for (int64_t ci = 0; ci < g.c_in; ++ci) {
+            const int64_t xi = (b * g.c_in + ci) * in_vol + at, wi = (co * g.c_in + ci) * taps + t;
+            gx[xi] += dy * w[wi];
+            gw[wi] += dy * x[xi];
+          }
+        }
+      }
+}
+
+// Runs the f32 convolutions through `impl` (kernels/cpu/conv.h) for the scope's lifetime.
+class ConvImplScope {
+ public:
+  explicit ConvImplScope(kernels::cpu::ConvImpl impl) : saved_(kernels::cpu::conv_impl()) {
+    kernels::cpu::set_conv_impl(impl);
+  }
+  ~ConvImplScope() { kernels::cpu::set_conv_impl(saved_); }
+  ConvImplScope(const ConvImplScope&) = delete;
+  ConvImplScope& operator=(const ConvImplScope&) = delete;
+
+ private:
+  kernels::cpu::ConvImpl saved_;
+};
+
 }  // namespace shardrt::test

@@ -1,6 +1,7 @@
 // kernels/cpu/attention at the edges of its blocks and work split: sizes that are not multiples of the 64-query
-// and 48-256-key blocks, head dims 1, 16 and 65, Nq != Nk, zero sizes, the f32 vector path against the fp64
-// reference, and the backward's key groups (few heads) against a dense fp64 backward, at 1 and 2 threads.
+// and 48-256-key blocks (64 x 128 for the fused small-head kernel), head dims 1, 16, 32, 33, 64 and 65, Nq != Nk, zero
+// sizes, the f32 vector path against the fp64 reference, and the backward's key groups (few heads) against a dense
+// fp64 backward, at 1 and 2 threads.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -25,6 +26,14 @@ const std::vector<AttnShape> kEdgeShapes = {
     {1, 65, 257, 65, 65},   // one past each block and an odd, wide head dim
     {2, 129, 7, 16, 3},     // fewer keys than a vector has lanes
     {3, 1, 300, 4, 5},      // a single query row over two key blocks
+    // The fused small-head kernel (head dims up to 32, kernels/cpu/attention_small.h): FLARE's two directions
+    // (64 latent queries over many points, many points over 64 latents), GALE's head dim 32, and past it an odd
+    // 33 x 31 and ViT-S's 64 (the BLAS-tiled kernel).
+    {2, 64, 1100, 16, 16},
+    {2, 600, 64, 16, 16},
+    {1, 70, 300, 32, 32},
+    {1, 40, 150, 33, 31},
+    {1, 130, 300, 64, 64},
 };
 
 // Dense fp64 backward of L = <out, grad_out> + <lse, grad_lse>, straight from the definitions: P = softmax(S),
