@@ -10,7 +10,7 @@
 set -euo pipefail
 root=$1 build=$2
 dir=$(mktemp -d "${TMPDIR:-/tmp}/shardrt_demo_log.XXXXXX")
-trap 'rm -rf "$dir"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 fail() { echo "demo_log: $*" >&2; [ -f "$dir/log" ] && tail -n 20 "$dir/log" >&2; exit 1; }
 
 # 1-2. The demo, redirected. Its defaults, fewer steps.
@@ -33,16 +33,17 @@ last=$(tail -n 1 "$dir/log")
 best=$(sed -E 's/.*validation relative L2 ([0-9.]+)\)$/\1/' <<<"$best_line")
 source "$root/tools/env.sh"
 export OMP_NUM_THREADS=1
+# The command the demo's last line prints, as printed (its panel goes next to the run's).
 mpiexec -n 4 --oversubscribe --bind-to none "$build/tools/shardrt-train" --config "$dir/run/config.json" --eval \
-    --set log.out_dir="$dir/eval" >"$dir/eval.log" 2>&1 || { cat "$dir/eval.log" >&2; fail "--eval failed"; }
+    >"$dir/eval.log" 2>&1 || { cat "$dir/eval.log" >&2; fail "--eval failed"; }
 got=$(sed -nE 's/^relative L2 \(darcy, [0-9]+ samples\): ([0-9.]+)$/\1/p' "$dir/eval.log")
 [ "$got" = "$best" ] || { cat "$dir/eval.log" >&2; fail "--eval gave '$got', the run recorded $best for its best checkpoint"; }
-[ -s "$dir/eval/eval-panel.png" ] || fail "--eval wrote no eval-panel.png"
+[ -s "$dir/run/eval-panel.png" ] || fail "--eval wrote no eval-panel.png"
 
 # 4. On a terminal the bar is drawn (log lines only every 100 steps here, the bar between them).
 command -v script >/dev/null || { echo "demo_log: script(1) missing, terminal check skipped"; exit 0; }
 script -qec "mpiexec -n 1 '$build/tools/shardrt-train' --config '$dir/run/config.json' --set mesh.ddp=1 \
-    --set mesh.domain=1 --set steps=12 --set log.every=100 --set validation.every=0 --set log.plots=false \
+    --set mesh.domain=1 --set steps=30 --set log.every=100 --set validation.every=0 --set log.plots=false \
     --set log.out_dir='$dir/tty'" "$dir/tty.log" >/dev/null || fail "the terminal run failed"
 grep -q $'\r\[#' "$dir/tty.log" || fail "no progress bar on a terminal"
 echo "demo_log: redirected log plain, best checkpoint named and equal under --eval ($got), bar on a terminal"
