@@ -125,16 +125,25 @@ void Signature::value(const char* name, int64_t v, std::string shown, shardrt_st
 
 Agreement::Agreement(MPI_Comm comm, const std::string& who) {
   CommOptions opts;
-  opts.timeout_s = default_comm_timeout() + kGraceSeconds;
+  timeout_s_ = default_comm_timeout() + kGraceSeconds;
+  opts.timeout_s = timeout_s_;
   opts.failure = FailurePolicy::throw_error;
   opts.ledger = std::make_shared<CommLedger>();  // not the mesh's: its counts are the model's traffic
   opts.cuda_device = CommOptions::no_gpu;
   comm_ = std::make_unique<Communicator>(comm, who, opts);
+  roll_ = std::make_unique<RollCall>(comm_->mpi_comm(), comm_->rank(), comm_->size());
 }
 
 void Agreement::run(CallId id, const char* fn, bool agree_errors, const std::function<void(Signature&)>& prepare,
                     const std::function<void()>& body) {
   const int64_t seq = ++calls_;
+  if (!broken_.empty()) {
+    // The peers that still trust this communicator would wait for this rank: tell them it will not come.
+    const std::string words = detail::concat(fn, ": this mesh's ranks lost each other at an earlier call (", broken_,
+                                             "); it cannot be used again: destroy it and create a new one");
+    roll_->tell_everyone({seq, static_cast<int64_t>(id), SHARDRT_ERR_COMM, 0, words});
+    throw CapiError{SHARDRT_ERR_COMM, words};
+  }
   Signature sig;
   Verdict ready;
   try {
@@ -142,21 +151,38 @@ void Agreement::run(CallId id, const char* fn, bool agree_errors, const std::fun
   } catch (...) {
     std::tie(ready.status, ready.message) = describe_current_exception(fn);
   }
-  agree(seq, id, 0, ready, &sig, fn);
-  if (!agree_errors) {
-    body();
-    return;
-  }
+  agree(seq, id, 0, ready, false, &sig, fn, timeout_s_);
   Verdict done;
+  bool waited = false;
   try {
     body();
+  } catch (const CommError&) {  // a collective of the call failed: this rank was left waiting
+    waited = true;
+    std::tie(done.status, done.message) = describe_current_exception(fn);
   } catch (...) {
     std::tie(done.status, done.message) = describe_current_exception(fn);
   }
-  agree(seq, id, 1, done, nullptr, fn);
+  if (!agree_errors) {
+    if (waited) left_waiting(seq, id, done, true, done.message);
+    if (done.status == SHARDRT_OK) return;
+    // Failed by itself: its peers, left waiting in the call's collectives, will want to know who and why.
+    roll_->tell_everyone({seq, static_cast<int64_t>(id), done.status, 0, done.message});
+    throw CapiError{done.status, done.message};
+  }
+  if (waited) broken_ = detail::concat("call #", seq, ", ", fn, ", timed out");
+  // Left waiting, join the others for a short while only: the ones that failed early are there already.
+  agree(seq, id, 1, done, waited, nullptr, fn, waited ? kJoinSeconds : timeout_s_);
 }
 
-void Agreement::agree(int64_t seq, CallId id, int phase, const Verdict& mine, const Signature* sig, const char* fn) {
+void Agreement::left_waiting(int64_t seq, CallId id, const Verdict& mine, bool waited, const std::string& what) {
+  broken_ = detail::concat("call #", seq, ", ", call_name(static_cast<int64_t>(id)), ", timed out");
+  const std::vector<Note> notes = roll_->listen({seq, static_cast<int64_t>(id), mine.status, waited ? 1 : 0, mine.message});
+  // A failure of its own stays this rank's status; a wait is SHARDRT_ERR_COMM.
+  throw CapiError{waited ? SHARDRT_ERR_COMM : mine.status, what + roll_->blame(notes, seq)};
+}
+
+void Agreement::agree(int64_t seq, CallId id, int phase, const Verdict& mine, bool waited, const Signature* sig,
+                      const char* fn, double timeout_s) {
   const int p = size();
   if (p == 1) {
     if (mine.status != SHARDRT_OK) throw CapiError{mine.status, mine.message};
@@ -170,7 +196,16 @@ void Agreement::agree(int64_t seq, CallId id, int phase, const Verdict& mine, co
     r[4] = static_cast<int64_t>(sig->fields().size());
     for (size_t k = 0; k < sig->fields().size(); ++k) r[kHeader + k] = sig->fields()[k].value;
   }
-  comm_->all_gather(rec, all);
+  comm_->set_timeout(timeout_s);
+  try {
+    comm_->all_gather(rec, all);
+  } catch (const CommError& e) {
+    // A peer never came (dead, hung, or still waiting elsewhere): this rank's own failure first, if it had one.
+    const std::string what = detail::concat(mine.status != SHARDRT_OK ? mine.message + "; then " : std::string(fn) + ": ",
+                                            "the ranks' agreement ", phase ? "on the outcome" : "before acting",
+                                            " (call #", seq, ") failed: ", e.what());
+    left_waiting(seq, id, mine, waited || mine.status == SHARDRT_OK, what);
+  }
   const int64_t* a = all.data<int64_t>();
   const std::vector<int64_t> table(a, a + int64_t{kRecord} * p);
   auto at = [&](int q, int k) { return table[static_cast<size_t>(q) * kRecord + static_cast<size_t>(k)]; };
@@ -220,10 +255,21 @@ void Agreement::throw_first_failure(const std::vector<int64_t>& table, const Ver
   if (text.numel() > 0) comm_->broadcast(text, first);
   std::string words(static_cast<const char*>(text.raw_data()), static_cast<size_t>(text.numel()));
   if (words.empty()) words = std::string(fn) + ": failed";
-  std::string list;
+  // Each failing rank's status, ranks of one status together: "rank 1 SHARDRT_ERR_IO, ranks 0, 2 SHARDRT_ERR_COMM".
+  const auto by_status = group_ranks(static_cast<int>(failed.size()), [&](int i) {
+    return table[static_cast<size_t>(failed[static_cast<size_t>(i)]) * kRecord + 3];
+  });
+  std::string list, statuses;
   for (int q : failed) list += (list.empty() ? "" : ", ") + std::to_string(q);
+  for (const auto& g : by_status) {
+    std::vector<int> ranks;
+    for (int i : g) ranks.push_back(failed[static_cast<size_t>(i)]);
+    statuses += detail::concat(statuses.empty() ? "" : ", ", ranks_str(ranks), " ",
+                               shardrt_status_name(static_cast<int>(table[static_cast<size_t>(ranks[0]) * kRecord + 3])));
+  }
   throw CapiError{static_cast<shardrt_status>(table[static_cast<size_t>(first) * kRecord + 3]),
-                  words + " [failed on rank(s) " + list + " of " + std::to_string(p) + "]"};
+                  detail::concat(words, " [quoted from rank ", first, "; failed on rank(s) ", list, " of ", p, ": ",
+                                 statuses, "]")};
 }
 
 void Agreement::throw_differing_field(const std::vector<int64_t>& table, const Signature& sig, int field,

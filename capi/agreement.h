@@ -14,9 +14,18 @@
 // The call number counts every call made through one Agreement, so a rank that failed a call and retries at once
 // never pairs its retry with the others' first attempt: their records name different calls.
 //
-// The agreements wait SHARDRT_COMM_TIMEOUT + kGraceSeconds: a rank that failed in step 3 before its peers' first
-// collective waits for them while they time out there (after the deadline), and meets them in step 4. Messages
-// (the failing rank's words, the differing argument's values) travel only on failure. One rank: no communication.
+// Naming the rank that failed (capi/roll_call.h). A rank left waiting (a collective of step 3 timed out, or an
+// agreement did) listens for its peers' notes for RollCall::kSeconds and names them in its error: a rank that
+// failed by itself (it sent its words before returning), or one that sent nothing (dead, hung). Left waiting in
+// step 3, a rank joins the outcome agreement for kJoinSeconds only: its peers are there already or failing like
+// it, and a dead peer must not cost it a second deadline. After a rank was left waiting once, its later calls on
+// this communicator fail at once (the mesh cannot be trusted), telling their peers so.
+//
+// Time. The agreements wait SHARDRT_COMM_TIMEOUT + kGraceSeconds: a rank that failed in step 3 before its peers'
+// first collective waits for them while they time out there (after the deadline), and meets them in step 4. So a
+// rank that dies or hangs anywhere in a call costs its peers at most the deadline + kGraceSeconds +
+// RollCall::kSeconds (3.5 s past the deadline). Messages (the failing rank's words, the differing argument's
+// values) travel only on failure. One rank: no communication.
 #pragma once
 #include <mpi.h>
 
@@ -27,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/roll_call.h"
 #include "capi/shardrt.h"
 #include "mesh/communicator.h"
 
@@ -68,7 +78,8 @@ int64_t digest(const void* bytes, size_t n);
 
 class Agreement {
  public:
-  static constexpr double kGraceSeconds = 4;
+  static constexpr double kGraceSeconds = 2;
+  static constexpr double kJoinSeconds = 1.5;
   // Collective over `comm` (a duplicate is made, under the deadline). `who` names it in messages.
   Agreement(MPI_Comm comm, const std::string& who);
   int size() const { return comm_->size(); }
@@ -83,13 +94,21 @@ class Agreement {
     shardrt_status status = SHARDRT_OK;
     std::string message;
   };
-  // One all-gather of this rank's record; the same error on every rank when the records disagree or a rank failed.
-  void agree(int64_t seq, CallId id, int phase, const Verdict& mine, const Signature* sig, const char* fn);
+  // One all-gather of this rank's record, waiting at most `timeout_s`; the same error on every rank when the
+  // records disagree or a rank failed. `waited`: this rank's verdict is a timeout of its own (a roll call note).
+  void agree(int64_t seq, CallId id, int phase, const Verdict& mine, bool waited, const Signature* sig,
+             const char* fn, double timeout_s);
+  // This rank was left waiting in call `seq` (its verdict `mine`): marks the communicator broken, names the
+  // peers from their notes, and throws.
+  [[noreturn]] void left_waiting(int64_t seq, CallId id, const Verdict& mine, bool waited, const std::string& what);
   [[noreturn]] void throw_first_failure(const std::vector<int64_t>& table, const Verdict& mine, const char* fn);
   [[noreturn]] void throw_differing_field(const std::vector<int64_t>& table, const Signature& sig, int field,
                                           const char* fn);
   std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<RollCall> roll_;
+  double timeout_s_ = 0;  // the agreements' wait: the deadline + kGraceSeconds
   int64_t calls_ = 0;
+  std::string broken_;  // how this rank was left waiting, once it was: later calls fail at once
 };
 
 }  // namespace shardrt::capi

@@ -23,9 +23,14 @@
  *   context, the ranks also agree on the outcome (a second all-gather): a call that fails on some ranks only
  *   returns the same status and message everywhere (the failing rank's, with the list of failing ranks). Without
  *   it, a failure inside the call on some ranks is returned there and the others fail when their next collective
- *   times out (SHARDRT_COMM_TIMEOUT seconds, SHARDRT_ERR_COMM; the mesh is unusable afterwards). Every agreement is
- *   bounded by SHARDRT_COMM_TIMEOUT + 4 s. Only a handle that names no mesh (an invalid model or mesh handle
- *   itself) is returned on the calling rank alone, before any communication: pass the same handles on every rank.
+ *   times out (SHARDRT_COMM_TIMEOUT seconds, SHARDRT_ERR_COMM; the mesh is unusable afterwards: its later
+ *   collective calls fail at once, SHARDRT_ERR_COMM). A rank left waiting names the rank that failed: its message
+ *   ends with "rank R failed this call (<status>): <its message>" when R returned an error, or "no word from rank R"
+ *   when R died or hangs. Every agreement is bounded by SHARDRT_COMM_TIMEOUT + 2 s, and naming the failed rank
+ *   takes at most 1.5 s more: when a rank fails, returns an error, dies or hangs anywhere inside a collective call,
+ *   every other rank returns from it within SHARDRT_COMM_TIMEOUT + 3.5 s (+ its own compute). Only a handle that
+ *   names no mesh (an invalid model or mesh handle itself) is returned on the calling rank alone, before any
+ *   communication: pass the same handles on every rank.
  * - After MPI_Finalize, or once the context a handle was made from is destroyed, every call on it but its destroy
  *   returns SHARDRT_ERR_STATE with a message.
  * - Shapes and strides are int64_t arrays of `ndim` entries, in elements, in the caller's dimension order; dims are

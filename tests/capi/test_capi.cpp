@@ -2,13 +2,13 @@
 // uneven decomposition equal the serial C++ model's; block decompositions run as point sets (halos skipped by
 // strides, through a counted copy or refused); .mdlus export and checkpoints round-trip; the ledger shows that no
 // field was gathered.
-#include <filesystem>
 
 #include "autograd/engine.h"
 #include "autograd/tape.h"
 #include "optim/optimizer.h"
 #include "patches/ops.h"
 #include "tests/capi/capi_fixture.h"
+#include "tests/support/world.h"
 
 using namespace shardrt;
 using namespace shardrt::capi_test;
@@ -295,9 +295,10 @@ TEST_CASE("capi: .mdlus export loads back into an identical model; a checkpoint 
   Session s;
   FlareInputs in(s);
   Piece target(s, kB, kN, 2, target_value), out_a(s, kB, kN, 2), out_b(s, kB, kN, 2);
-  const std::string dir = (std::filesystem::temp_directory_path() / "shardrt_capi_test").string();
-  if (world_rank() == 0) std::filesystem::create_directories(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
+  // A folder of this job's own (mkdtemp): capi_np1..4, and other checkouts' suites on the same machine, save and
+  // remove theirs at the same time.
+  shardrt::test::SharedTempDir tmp("shardrt_capi_test");
+  const std::string& dir = tmp.path;
   const std::string mdlus = dir + "/flare.mdlus", ckpt = dir + "/ckpt";
 
   shardrt_model m = make_flare(s, 21);
@@ -326,8 +327,6 @@ TEST_CASE("capi: .mdlus export loads back into an identical model; a checkpoint 
   shardrt_model_destroy(back);
   shardrt_optimizer_destroy(opt);
   shardrt_model_destroy(m);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world_rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("capi: on a 2 x 2 ddp x domain mesh each ddp group trains on its own sample; the losses equal the serial "

@@ -1,12 +1,12 @@
 // The C API's bad-input table: every wrong call returns its documented status with a message naming the call, on
 // every rank, and none crashes or hangs (the suite also runs under ASan: tools/test --sanitize).
 #include <cstdint>
-#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "tests/capi/capi_fixture.h"
+#include "tests/support/world.h"
 
 using namespace shardrt;
 using namespace shardrt::capi_test;
@@ -327,9 +327,9 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
   table.push_back({"mesh: info after its context was destroyed", SHARDRT_ERR_STATE,
                    [&] { int d = 0; return shardrt_mesh_info(mesh3, &d, nullptr, nullptr, nullptr); }, "destroyed"});
   // Two weights files of the same FLARE config (seeds 1 and 2), for a rank that loads the other one.
-  const std::string dir = (std::filesystem::temp_directory_path() / ("shardrt_capi_errors_" + std::to_string(P))).string();
-  if (rank == 0) std::filesystem::create_directories(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
+  // A folder of this job's own (mkdtemp), not a fixed name that another checkout's suite may share.
+  shardrt::test::SharedTempDir tmp("shardrt_capi_errors");
+  const std::string& dir = tmp.path;
   const std::string weights_a = dir + "/a.safetensors", weights_b = dir + "/b.safetensors";
   CAPI_OK(shardrt_model_export(model, weights_a.c_str()));
   {
@@ -447,8 +447,6 @@ TEST_CASE("capi: the bad-input table (>= 40 wrong calls): each returns its docum
   shardrt_model_destroy(timed);
   shardrt_model_destroy(orphan);
   shardrt_mesh_destroy(mesh3);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) std::filesystem::remove_all(dir);
   shardrt_optimizer_destroy(opt);
   shardrt_model_destroy(fresh);
   shardrt_model_destroy(model);

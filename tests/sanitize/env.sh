@@ -24,12 +24,20 @@ export LD_PRELOAD="$_keep${LD_PRELOAD:+:$LD_PRELOAD}"
 # defines dlclose only, so every allocation function still resolves to ASan's. allocator_may_return_null=1: a
 # request larger than ASan's limit returns null as the system allocator does (runtime/test_factories checks that
 # the library turns a failed 2^60-byte allocation into a typed error), instead of ASan ending the process.
-export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:check_initialization_order=1:strict_init_order=1:detect_odr_violation=2:verify_asan_link_order=0:allocator_may_return_null=1:log_path=$SHARDRT_SANITIZE_LOGS/asan"
+SHARDRT_ASAN_BASE="detect_leaks=1:halt_on_error=1:check_initialization_order=1:strict_init_order=1:detect_odr_violation=2:verify_asan_link_order=0:allocator_may_return_null=1"
 # UBSan: the build has -fno-sanitize-recover=all, so every check already aborts; halt_on_error keeps that so for any
 # object built without the flag, and each report carries its stack.
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$SHARDRT_SANITIZE_LOGS/ubsan"
+SHARDRT_UBSAN_BASE="halt_on_error=1:print_stacktrace=1"
 # LSan: leaks inside OpenMPI, hwloc, PMIx, libevent and OpenBLAS are theirs (lsan.supp: by library, never ours).
 export LSAN_OPTIONS="suppressions=$_sanitize_src/lsan.supp:print_suppressions=0"
+# sanitize_logs_into DIR: the reports of every process started from here on go to DIR/{asan,ubsan}.<pid> (tools/test
+# gives each ctest entry a folder of its own, so its table can say which entry a report came from).
+sanitize_logs_into() {
+  export SHARDRT_SANITIZE_LOGS="$1"
+  mkdir -p "$1"
+  export ASAN_OPTIONS="$SHARDRT_ASAN_BASE:log_path=$1/asan" UBSAN_OPTIONS="$SHARDRT_UBSAN_BASE:log_path=$1/ubsan"
+}
+sanitize_logs_into "$SHARDRT_SANITIZE_LOGS"
 # tests/mpirun.sh's own wall-clock limit per mpiexec: ASan's 2-4x slowdown on a loaded machine needs more than 600 s.
 export SHARDRT_TEST_LIMIT="${SHARDRT_TEST_LIMIT:-2400}"
 unset _sanitize_src _sanitize_build _keep
