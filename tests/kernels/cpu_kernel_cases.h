@@ -117,4 +117,41 @@ class ConvImplScope {
   kernels::cpu::ConvImpl saved_;
 };
 
+// One f32 conv forward and backward (whatever path conv_impl() picks) on f32-rounded inputs, widened to fp64 for
+// comparison; the parity tests of the oneDNN and Winograd paths share it. gx starts at 9 (it must be overwritten),
+// gw and gbias at 0.25 (they accumulate: the 0.25 is taken away again before returning).
+struct ConvF32Result {
+  std::vector<double> y, gx, gw, gbias;
+};
+
+inline ConvF32Result run_conv_f32(const kernels::cpu::ConvGeometry& g, const std::vector<double>& x,
+                                  const std::vector<double>& w, const std::vector<double>& bias,
+                                  const std::vector<double>& gy) {
+  const auto tx = cast<float>(x), tw = cast<float>(w), tb = cast<float>(bias), tgy = cast<float>(gy);
+  std::vector<float> y(gy.size()), gx(x.size(), 9.0f), gw(w.size(), 0.25f), gbias(bias.size(), 0.25f);
+  kernels::cpu::conv_forward<float>(g, tx.data(), tw.data(), tb.data(), y.data());
+  kernels::cpu::conv_backward<float>(g, tx.data(), tw.data(), tgy.data(), gx.data(), gw.data(), gbias.data());
+  ConvF32Result r{widen(y), widen(gx), widen(gw), widen(gbias)};
+  for (double& e : r.gw) e -= 0.25;
+  for (double& e : r.gbias) e -= 0.25;
+  return r;
+}
+
+// Random f32-representable inputs of one convolution (seed, seed + 1, ...: x, w, bias, gy).
+struct ConvF32Inputs {
+  std::vector<double> x, w, bias, gy;
+  ConvF32Inputs(const kernels::cpu::ConvGeometry& g, uint64_t seed)
+      : x(widen(cast<float>(random_vec(g.batch * g.c_in * prod(g.in, 3), seed)))),
+        w(widen(cast<float>(random_vec(g.c_out * g.c_in * prod(g.kernel, 3), seed + 1)))),
+        bias(widen(cast<float>(random_vec(g.c_out, seed + 2)))),
+        gy(widen(cast<float>(random_vec(g.batch * g.c_out * prod(g.out, 3), seed + 3)))) {}
+};
+
+inline void require_same(const ConvF32Result& a, const ConvF32Result& b, double tol) {
+  require_close(a.y, b.y, tol);
+  require_close(a.gx, b.gx, tol);
+  require_close(a.gw, b.gw, tol);
+  require_close(a.gbias, b.gbias, tol);
+}
+
 }  // namespace shardrt::test

@@ -45,38 +45,8 @@ const std::vector<OnednnCase> kCases = {
     {{2, 5, 9, 11, {6, 5}, {3, 2}, {1, 2}, {1, 0}, {1, 1}}, 1e-5, false},  // per-dim stride: no fast input grad
 };
 
-struct Result {
-  Vec y, gx, gw, gbias;
-};
-
-// One forward and backward in f32 on f32-rounded inputs. gx starts at 9 (it must be overwritten), gw and gbias at
-// 0.25 (they accumulate: 0.25 is subtracted again before returning).
-Result run_f32(const cpu::ConvGeometry& g, const Vec& x, const Vec& w, const Vec& bias, const Vec& gy) {
-  const auto tx = cast<float>(x), tw = cast<float>(w), tb = cast<float>(bias), tgy = cast<float>(gy);
-  std::vector<float> y(gy.size()), gx(x.size(), 9.0f), gw(w.size(), 0.25f), gbias(bias.size(), 0.25f);
-  cpu::conv_forward<float>(g, tx.data(), tw.data(), tb.data(), y.data());
-  cpu::conv_backward<float>(g, tx.data(), tw.data(), tgy.data(), gx.data(), gw.data(), gbias.data());
-  Result r{widen(y), widen(gx), widen(gw), widen(gbias)};
-  for (double& e : r.gw) e -= 0.25;
-  for (double& e : r.gbias) e -= 0.25;
-  return r;
-}
-
-struct Inputs {
-  Vec x, w, bias, gy;
-  explicit Inputs(const cpu::ConvGeometry& g, uint64_t seed)
-      : x(widen(cast<float>(random_vec(g.batch * g.c_in * prod(g.in, 3), seed)))),
-        w(widen(cast<float>(random_vec(g.c_out * g.c_in * prod(g.kernel, 3), seed + 1)))),
-        bias(widen(cast<float>(random_vec(g.c_out, seed + 2)))),
-        gy(widen(cast<float>(random_vec(g.batch * g.c_out * prod(g.out, 3), seed + 3)))) {}
-};
-
-void require_same(const Result& a, const Result& b, double tol) {
-  require_close(a.y, b.y, tol);
-  require_close(a.gx, b.gx, tol);
-  require_close(a.gw, b.gw, tol);
-  require_close(a.gbias, b.gbias, tol);
-}
+using Result = ConvF32Result;
+using Inputs = ConvF32Inputs;
 
 }  // namespace
 
@@ -96,13 +66,13 @@ TEST_CASE("oneDNN conv matches dense fp64 loops and the im2col path, forward and
     Result want;
     dense_conv_backward(g, in.x, in.w, in.gy, want.gx, want.gw, want.gbias);
     want.y = ref_conv(g, in.x, in.w, &in.bias);
-    const Result onednn = run_f32(g, in.x, in.w, in.bias, in.gy);
+    const Result onednn = run_conv_f32(g, in.x, in.w, in.bias, in.gy);
     require_same(onednn, want, oc.tol);
     Result reference;
     {
       const ConvImplScope scope(cpu::ConvImpl::reference);
       CHECK(!cpu::conv_runs_onednn(g));
-      reference = run_f32(g, in.x, in.w, in.bias, in.gy);
+      reference = run_conv_f32(g, in.x, in.w, in.bias, in.gy);
     }
     require_same(onednn, reference, 2 * oc.tol);
   }
@@ -116,7 +86,7 @@ TEST_CASE("oneDNN conv computes only the grads asked for", "[kernels][cpu][conv]
   const ConvImplScope onednn_only(cpu::ConvImpl::onednn);
   const cpu::ConvGeometry g = kCases[0].c.geometry();
   const Inputs in(g, 91);
-  const Result all = run_f32(g, in.x, in.w, in.bias, in.gy);
+  const Result all = run_conv_f32(g, in.x, in.w, in.bias, in.gy);
   const auto tx = cast<float>(in.x), tw = cast<float>(in.w), tgy = cast<float>(in.gy);
   std::vector<float> gx(in.x.size(), 9.0f), gw(in.w.size(), 0.0f), gbias(in.bias.size(), 0.0f);
   cpu::conv_backward<float>(g, tx.data(), tw.data(), tgy.data(), gx.data(), nullptr, nullptr);
@@ -138,9 +108,9 @@ TEST_CASE("oneDNN conv gives the same bits at 1, 2 and 3 threads", "[kernels][cp
     const cpu::ConvGeometry g = kCases[i].c.geometry();
     const Inputs in(g, 101);
     Result one, two, three;
-    with_threads(1, [&] { one = run_f32(g, in.x, in.w, in.bias, in.gy); });
-    with_threads(2, [&] { two = run_f32(g, in.x, in.w, in.bias, in.gy); });
-    with_threads(3, [&] { three = run_f32(g, in.x, in.w, in.bias, in.gy); });
+    with_threads(1, [&] { one = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
+    with_threads(2, [&] { two = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
+    with_threads(3, [&] { three = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
     require_same(two, one, 0.0);
     require_same(three, one, 0.0);
   }

@@ -38,37 +38,8 @@ const std::vector<WinogradCase> kCases = {
     {{2, 1, 64, 64, {40, 40}, {3, 3}, {1, 1}, {1, 1}, {1, 1}}, 3e-5},  // wide channels
 };
 
-struct Result {
-  Vec y, gx, gw, gbias;
-};
-
-// f32 forward and backward; gx starts at 9 (overwritten), gw and gbias at 0.25 (accumulated, taken away again).
-Result run_f32(const cpu::ConvGeometry& g, const Vec& x, const Vec& w, const Vec& bias, const Vec& gy) {
-  const auto tx = cast<float>(x), tw = cast<float>(w), tb = cast<float>(bias), tgy = cast<float>(gy);
-  std::vector<float> y(gy.size()), gx(x.size(), 9.0f), gw(w.size(), 0.25f), gbias(bias.size(), 0.25f);
-  cpu::conv_forward<float>(g, tx.data(), tw.data(), tb.data(), y.data());
-  cpu::conv_backward<float>(g, tx.data(), tw.data(), tgy.data(), gx.data(), gw.data(), gbias.data());
-  Result r{widen(y), widen(gx), widen(gw), widen(gbias)};
-  for (double& e : r.gw) e -= 0.25;
-  for (double& e : r.gbias) e -= 0.25;
-  return r;
-}
-
-struct Inputs {
-  Vec x, w, bias, gy;
-  Inputs(const cpu::ConvGeometry& g, uint64_t seed)
-      : x(widen(cast<float>(random_vec(g.batch * g.c_in * prod(g.in, 3), seed)))),
-        w(widen(cast<float>(random_vec(g.c_out * g.c_in * 9, seed + 1)))),
-        bias(widen(cast<float>(random_vec(g.c_out, seed + 2)))),
-        gy(widen(cast<float>(random_vec(g.batch * g.c_out * prod(g.out, 3), seed + 3)))) {}
-};
-
-void require_same(const Result& a, const Result& b, double tol) {
-  require_close(a.y, b.y, tol);
-  require_close(a.gx, b.gx, tol);
-  require_close(a.gw, b.gw, tol);
-  require_close(a.gbias, b.gbias, tol);
-}
+using Result = ConvF32Result;
+using Inputs = ConvF32Inputs;
 
 }  // namespace
 
@@ -83,13 +54,13 @@ TEST_CASE("Winograd conv matches dense fp64 loops and the im2col path, forward a
     Result want;
     dense_conv_backward(g, in.x, in.w, in.gy, want.gx, want.gw, want.gbias);
     want.y = ref_conv(g, in.x, in.w, &in.bias);
-    const Result got = run_f32(g, in.x, in.w, in.bias, in.gy);
+    const Result got = run_conv_f32(g, in.x, in.w, in.bias, in.gy);
     require_same(got, want, wc.tol);
     Result reference;
     {
       const ConvImplScope scope(cpu::ConvImpl::reference);
       CHECK(!cpu::conv_runs_winograd(g));
-      reference = run_f32(g, in.x, in.w, in.bias, in.gy);
+      reference = run_conv_f32(g, in.x, in.w, in.bias, in.gy);
     }
     require_same(got, reference, 2 * wc.tol);
   }
@@ -100,7 +71,7 @@ TEST_CASE("Winograd conv computes only the grads asked for, and leaves other sha
   const ConvImplScope automatic(cpu::ConvImpl::automatic);
   const cpu::ConvGeometry g = kCases[3].c.geometry();
   const Inputs in(g, 131);
-  const Result all = run_f32(g, in.x, in.w, in.bias, in.gy);
+  const Result all = run_conv_f32(g, in.x, in.w, in.bias, in.gy);
   const auto tx = cast<float>(in.x), tw = cast<float>(in.w), tgy = cast<float>(in.gy);
   std::vector<float> gx(in.x.size(), 9.0f), gw(in.w.size(), 0.0f), gbias(in.bias.size(), 0.0f);
   cpu::conv_backward<float>(g, tx.data(), tw.data(), tgy.data(), gx.data(), nullptr, nullptr);
@@ -125,9 +96,9 @@ TEST_CASE("Winograd conv gives the same bits at 1, 2 and 3 threads", "[kernels][
     const cpu::ConvGeometry g = kCases[i].c.geometry();
     const Inputs in(g, 141);
     Result one, two, three;
-    with_threads(1, [&] { one = run_f32(g, in.x, in.w, in.bias, in.gy); });
-    with_threads(2, [&] { two = run_f32(g, in.x, in.w, in.bias, in.gy); });
-    with_threads(3, [&] { three = run_f32(g, in.x, in.w, in.bias, in.gy); });
+    with_threads(1, [&] { one = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
+    with_threads(2, [&] { two = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
+    with_threads(3, [&] { three = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
     require_same(two, one, 0.0);
     require_same(three, one, 0.0);
   }
