@@ -10,6 +10,7 @@
 #include "kernels/cpu/conv.h"
 #include "tests/support/compare.h"
 #include "tests/support/reference.h"
+#include "tests/support/threads.h"
 
 namespace shardrt::test {
 
@@ -152,6 +153,37 @@ inline void require_same(const ConvF32Result& a, const ConvF32Result& b, double 
   require_close(a.gx, b.gx, tol);
   require_close(a.gw, b.gw, tol);
   require_close(a.gbias, b.gbias, tol);
+}
+
+// The parity check of one fast f32 conv path (oneDNN, Winograd): what conv_impl() runs now against dense fp64
+// loops (within tol), then against the im2col reference path (within 2 tol), which `runs_path` must say is not
+// the fast one.
+inline void require_conv_path_matches(const kernels::cpu::ConvGeometry& g, uint64_t seed, double tol,
+                                      bool (*runs_path)(const kernels::cpu::ConvGeometry&)) {
+  const ConvF32Inputs in(g, seed);
+  ConvF32Result want;
+  dense_conv_backward(g, in.x, in.w, in.gy, want.gx, want.gw, want.gbias);
+  want.y = ref_conv(g, in.x, in.w, &in.bias);
+  const ConvF32Result got = run_conv_f32(g, in.x, in.w, in.bias, in.gy);
+  require_same(got, want, tol);
+  ConvF32Result reference;
+  {
+    const ConvImplScope scope(kernels::cpu::ConvImpl::reference);
+    CHECK(!runs_path(g));
+    reference = run_conv_f32(g, in.x, in.w, in.bias, in.gy);
+  }
+  require_same(got, reference, 2 * tol);
+}
+
+// The f32 conv path conv_impl() picks gives the same bits at 1, 2 and 3 threads.
+inline void require_conv_same_bits_across_threads(const kernels::cpu::ConvGeometry& g, uint64_t seed) {
+  const ConvF32Inputs in(g, seed);
+  ConvF32Result one, two, three;
+  with_threads(1, [&] { one = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
+  with_threads(2, [&] { two = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
+  with_threads(3, [&] { three = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
+  require_same(two, one, 0.0);
+  require_same(three, one, 0.0);
 }
 
 }  // namespace shardrt::test

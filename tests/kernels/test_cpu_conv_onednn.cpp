@@ -62,19 +62,7 @@ TEST_CASE("oneDNN conv matches dense fp64 loops and the im2col path, forward and
                << g.in[1] << "x" << g.in[2] << " kernel " << g.kernel[0] << " stride " << g.stride[0]);
     // The case must really run on oneDNN, or it would check the im2col path twice.
     if (oc.whole) REQUIRE(cpu::conv_runs_onednn(g));
-    const Inputs in(g, 81);
-    Result want;
-    dense_conv_backward(g, in.x, in.w, in.gy, want.gx, want.gw, want.gbias);
-    want.y = ref_conv(g, in.x, in.w, &in.bias);
-    const Result onednn = run_conv_f32(g, in.x, in.w, in.bias, in.gy);
-    require_same(onednn, want, oc.tol);
-    Result reference;
-    {
-      const ConvImplScope scope(cpu::ConvImpl::reference);
-      CHECK(!cpu::conv_runs_onednn(g));
-      reference = run_conv_f32(g, in.x, in.w, in.bias, in.gy);
-    }
-    require_same(onednn, reference, 2 * oc.tol);
+    require_conv_path_matches(g, 81, oc.tol, cpu::conv_runs_onednn);
   }
 }
 
@@ -106,12 +94,6 @@ TEST_CASE("oneDNN conv gives the same bits at 1, 2 and 3 threads", "[kernels][cp
   // Several channel groups, sample chunks and bands, so that the pieces spread over the threads.
   for (const size_t i : {size_t(0), size_t(1), size_t(6), size_t(7)}) {
     const cpu::ConvGeometry g = kCases[i].c.geometry();
-    const Inputs in(g, 101);
-    Result one, two, three;
-    with_threads(1, [&] { one = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
-    with_threads(2, [&] { two = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
-    with_threads(3, [&] { three = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
-    require_same(two, one, 0.0);
-    require_same(three, one, 0.0);
+    require_conv_same_bits_across_threads(g, 101);
   }
 }

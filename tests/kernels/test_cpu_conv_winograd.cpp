@@ -50,19 +50,7 @@ TEST_CASE("Winograd conv matches dense fp64 loops and the im2col path, forward a
     INFO("batch " << g.batch << " Cin " << g.c_in << " Cout " << g.c_out << " in " << g.in[0] << "x" << g.in[1]
                   << " pad " << g.pad[0] << "," << g.pad[1]);
     REQUIRE(cpu::conv_runs_winograd(g));
-    const Inputs in(g, 121);
-    Result want;
-    dense_conv_backward(g, in.x, in.w, in.gy, want.gx, want.gw, want.gbias);
-    want.y = ref_conv(g, in.x, in.w, &in.bias);
-    const Result got = run_conv_f32(g, in.x, in.w, in.bias, in.gy);
-    require_same(got, want, wc.tol);
-    Result reference;
-    {
-      const ConvImplScope scope(cpu::ConvImpl::reference);
-      CHECK(!cpu::conv_runs_winograd(g));
-      reference = run_conv_f32(g, in.x, in.w, in.bias, in.gy);
-    }
-    require_same(got, reference, 2 * wc.tol);
+    require_conv_path_matches(g, 121, wc.tol, cpu::conv_runs_winograd);
   }
 }
 
@@ -94,12 +82,6 @@ TEST_CASE("Winograd conv gives the same bits at 1, 2 and 3 threads", "[kernels][
   const ConvImplScope automatic(cpu::ConvImpl::automatic);
   for (const size_t i : {size_t(3), size_t(5)}) {  // several chunks and weight-grad groups
     const cpu::ConvGeometry g = kCases[i].c.geometry();
-    const Inputs in(g, 141);
-    Result one, two, three;
-    with_threads(1, [&] { one = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
-    with_threads(2, [&] { two = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
-    with_threads(3, [&] { three = run_conv_f32(g, in.x, in.w, in.bias, in.gy); });
-    require_same(two, one, 0.0);
-    require_same(three, one, 0.0);
+    require_conv_same_bits_across_threads(g, 141);
   }
 }
