@@ -119,14 +119,18 @@ std::vector<std::string> normalizer_names() {
   return out;
 }
 
-// One checkpoint directory holds everything a resume needs: the optimizer's shards (master weights and state), the
-// normaliser (rank 0 writes it) and the loop's position, committed atomically by save_checkpoint.
-// The best validation so far (the checkpoint kept as <checkpoint.dir>-best), carried through checkpoints so that a
+// The best validation so far (the checkpoint kept in best_checkpoint_dir), carried through checkpoints so that a
 // resumed run keeps comparing against it.
 struct BestValidation {
   double rel_l2 = -1;  // < 0: no validation yet
   int64_t step = 0;
 };
+
+// Where checkpoint.best keeps the weights of the best validation: next to checkpoint.dir.
+std::string best_checkpoint_dir(const TrainConfig& c) { return c.checkpoint_dir + "-best"; }
+
+// One checkpoint directory holds everything a resume needs: the optimizer's shards (master weights and state), the
+// normaliser (rank 0 writes it) and the loop's position, committed atomically by save_checkpoint.
 
 void save_training(const Mesh& mesh, const std::string& dir, const optim::Optimizer& opt,
                    const std::optional<data::Normalizer>& norm, int64_t step, int64_t loader_position,
@@ -232,7 +236,7 @@ double run_evaluation(const TrainConfig& c, const EvalOptions& e) {
                              "shardrt-train --eval: no split to evaluate on; pass --eval-data darcy_<split>.json or "
                              "set data.val");
   std::string dir = e.checkpoint;
-  if (dir.empty()) dir = std::filesystem::exists(c.checkpoint_dir + "-best") ? c.checkpoint_dir + "-best" : c.checkpoint_dir;
+  if (dir.empty()) dir = std::filesystem::exists(best_checkpoint_dir(c)) ? best_checkpoint_dir(c) : c.checkpoint_dir;
   std::unique_ptr<models::Model> model = agreed(mesh, [&] {
     return models::build_model(c.model_kind, c.model_args, {c.dtype, c.model_seed});
   });
@@ -363,7 +367,7 @@ double run_training(const TrainConfig& c, const RunOptions& options) {
 
   double last_val = -1, last_loss = 0;
   BestValidation best = resumed.best;
-  const std::string best_dir = c.checkpoint_dir + "-best";
+  const std::string best_dir = best_checkpoint_dir(c);
   DarcyPanel panel;
   int64_t step = resumed.step;
   auto window_start = Clock::now();
